@@ -1,0 +1,175 @@
+"""Evaluate a policy in the papers' protocols: tables, per-sample files, pass@k curves, sweeps.
+
+    python examples/evaluate.py                                   # the main job's checkpoint on held-out CHAMP, k = 8
+    python examples/evaluate.py --model_name_or_path embedded     # the base SmolLM2
+    python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \
+        --benchmarks aime2024 aime2025 amc minerva olympiadbench math500 arc_challenge gpqa_diamond mmlu_pro
+    python examples/evaluate.py --benchmarks aime2024 --benchmark_files aime2024=data/aime_2024.jsonl   # no Hub
+    python examples/evaluate.py --temperatures 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0   # OGER App. E (pass@8)
+    python examples/evaluate.py --protocol ase --steering_bank out/ase-run/steering_bank  # ASE ^S with a saved bank
+    python examples/evaluate.py --steering_build_from champ:train --steering_num_clusters 3 4 \
+        --steering_fractions 0.25 0.5 --steering_alphas 0.25 0.5    # ASE App. D sweep over (K, f, alpha)
+
+`--model_name_or_path main` (the default) is the main job's output folder `outputs/oger-smollm2-champ` when it
+holds a saved model, else the embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
+(default `outputs/eval/<model>`): `samples.jsonl`, `samples.parquet`, `summary.json`, `results.md`,
+`pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png`, `steering_sweep.json` / `.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+import re
+import time
+from dataclasses import dataclass, field
+
+from trl import TrlParser
+
+MAIN_JOB_OUTPUT = "outputs/oger-smollm2-champ"
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class EvalArguments:
+    """Options of `examples/evaluate.py` (each is also a command-line flag)."""
+
+    model_name_or_path: str = field(
+        default="main",
+        metadata={"help": "Folder, Hub id, 'embedded' (base SmolLM2), or 'main' (the main job's checkpoint "
+                  f"{MAIN_JOB_OUTPUT}, else the base SmolLM2)."},
+    )
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["champ"],
+        metadata={"help": "Benchmarks: champ (held-out CHAMP), aime2024, aime2025, amc, math500, minerva, "
+                  "olympiadbench, arc_challenge, gpqa_diamond, mmlu_pro, bbh."},
+    )
+    benchmark_files: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Local files in the Hub schema, as NAME=PATH (.jsonl/.json/.parquet), for machines "
+                  "without Hub access."},
+    )
+    protocol: str = field(default="demo", metadata={"help": "oger (App. A.2), ase (Tables 1-3) or demo (CPU, k=8)."})
+    num_samples: int | None = field(default=None, metadata={"help": "Samples per problem (overrides the protocol)."})
+    temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (overrides the protocol)."})
+    top_p: float | None = field(default=None, metadata={"help": "Top-p (overrides the protocol)."})
+    top_k: int | None = field(default=None, metadata={"help": "Top-k, 0 = off (overrides the protocol)."})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "Completion token cap (overrides the protocol)."})
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems of each benchmark."})
+    backend: str = field(default="auto", metadata={"help": "auto (vLLM when installed), vllm or transformers."})
+    batch_size: int = field(default=32, metadata={"help": "Rows per generate call (transformers backend)."})
+    dtype: str = field(default="float32", metadata={"help": "Weights dtype (transformers backend)."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
+    label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
+    baseline_dir: str | None = field(
+        default=None, metadata={"help": "Evaluation folder of a baseline run: the table then shows deltas."}
+    )
+    temperatures: list[float] = field(
+        default_factory=list, metadata={"help": "Temperature sweep grid (OGER App. E uses 0.1 ... 1.0)."}
+    )
+    sweep_k: int = field(default=8, metadata={"help": "k of the pass@k reported by the temperature sweep."})
+    steering_bank: str | None = field(
+        default=None, metadata={"help": "Folder of a saved SteeringVectorBank: inference-time steering sweep over alpha."}
+    )
+    steering_build_from: str | None = field(
+        default=None,
+        metadata={"help": "Build steering banks from the policy's rollouts on this benchmark ('champ:train' = the "
+                  "CHAMP training split), one per (K, f)."},
+    )
+    steering_num_clusters: list[int] = field(default_factory=lambda: [3], metadata={"help": "K grid."})
+    steering_fractions: list[float] = field(default_factory=lambda: [0.25], metadata={"help": "Readout f grid."})
+    steering_alphas: list[float] = field(default_factory=lambda: [0.25, 0.5], metadata={"help": "Strength grid."})
+    steering_layer: int = field(default=0, metadata={"help": "Steered decoder block."})
+    steering_build_limit: int | None = field(default=None, metadata={"help": "Problems used to build banks."})
+
+
+def resolve_model(name: str) -> str:
+    """'main' -> the main job's saved model if there is one, else 'embedded' (with a warning)."""
+    if name != "main":
+        return name
+    for candidate in (pathlib.Path(MAIN_JOB_OUTPUT), REPO_ROOT / MAIN_JOB_OUTPUT):
+        if (candidate / "config.json").is_file():
+            return str(candidate)
+    logging.warning("%s holds no saved model yet: evaluating the embedded base SmolLM2 instead", MAIN_JOB_OUTPUT)
+    return "embedded"
+
+
+def parse_files(items: list[str]) -> dict[str, str]:
+    """['aime2024=a.jsonl'] -> {'aime2024': 'a.jsonl'}."""
+    files = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--benchmark_files expects NAME=PATH, got {item!r}")
+        files[name] = path
+    return files
+
+
+def main(args: EvalArguments) -> dict:
+    from trl_explore.evaluation import runner, sweeps
+    from trl_explore.evaluation.benchmarks import load_benchmark
+    from trl_explore.evaluation.plots import plot_pass_at_k, plot_temperature_sweep
+
+    start = time.perf_counter()
+    model = resolve_model(args.model_name_or_path)
+    label = args.label or ("SmolLM2 (base)" if model == "embedded" else pathlib.Path(model).name or model)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", "smollm2-base" if model == "embedded" else pathlib.Path(model).name)
+    out = pathlib.Path(args.output_dir or f"outputs/eval/{slug}")
+    files = parse_files(args.benchmark_files)
+    overrides = dict(num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                     max_new_tokens=args.max_new_tokens)
+    steering = args.steering_bank is not None or args.steering_build_from is not None
+    generator = runner.make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
+                                      steering=steering, dtype=args.dtype)
+    records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
+                                       benchmark_files=files, limit=args.limit, seed=args.seed, **overrides)
+    summary["model"] = model
+    baseline = runner.load_summary(args.baseline_dir) if args.baseline_dir else None
+    runner.save_run(out, records, summary, label=label, baseline=baseline)
+    curves = {label: summary} if baseline is None else {f"{baseline['model']} (baseline)": baseline, label: summary}
+    plot_pass_at_k(curves, out / "pass_at_k.png")
+    print((out / runner.RESULTS_MD).read_text())
+
+    protocol = runner.get_protocol(args.protocol)
+    datasets = None
+    if args.temperatures or steering:
+        datasets = {b: load_benchmark(b, files.get(b), limit=args.limit) for b in args.benchmarks}
+    if args.temperatures:
+        _, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures, k=args.sweep_k,
+                                            seed=args.seed, **overrides)
+        (out / "temperature_sweep.json").write_text(json.dumps(sweep, indent=2))
+        plot_temperature_sweep({label: sweep}, out / "temperature_sweep.png")
+        print(f"temperature sweep (average pass@{args.sweep_k}): "
+              + ", ".join(f"T={t}: {100 * v:.2f}" for t, v in zip(sweep["temperatures"], sweep["average"])))
+    if steering:
+        banks = {}
+        if args.steering_bank:
+            from trl_explore.ase.bank import SteeringVectorBank
+
+            bank = SteeringVectorBank.load(args.steering_bank)
+            banks[(bank.num_vectors, None)] = bank
+        if args.steering_build_from:
+            source, _, split = args.steering_build_from.partition(":")
+            build_set = load_benchmark(source, files.get(source), limit=args.steering_build_limit,
+                                       champ_split=split or "train")
+            built, _ = sweeps.build_steering_banks(
+                generator, build_set, protocol.plan(source, **overrides), num_clusters=args.steering_num_clusters,
+                fractions=args.steering_fractions, layer=args.steering_layer, seed=args.seed,
+            )  # fmt: skip
+            banks.update(built)
+        _, rows = sweeps.steering_sweep(generator, datasets, protocol, banks, args.steering_alphas,
+                                        layer=args.steering_layer, seed=args.seed, **overrides)
+        (out / "steering_sweep.json").write_text(json.dumps(rows, indent=2))
+        (out / "steering_sweep.md").write_text(sweeps.steering_table(rows) + "\n")
+        print(sweeps.steering_table(rows))
+    print(f"[evaluate] {model} on {', '.join(args.benchmarks)} in {time.perf_counter() - start:.1f} s "
+          f"(generation {sum(b['generation_seconds'] for b in summary['benchmarks'].values()):.1f} s); wrote {out}")
+    return summary
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    (eval_args,) = TrlParser((EvalArguments,)).parse_args_and_config()
+    main(eval_args)

@@ -1,0 +1,122 @@
+"""Train a policy with OGER (offline-guided exploration reward) on a multi-teacher offline dataset.
+
+    accelerate launch examples/train_oger.py                      # CPU demo: SmolLM2 + CHAMP + MiniLM
+    accelerate launch --config_file accelerate_configs/multi_gpu.yaml examples/train_oger.py \
+        --config recipes/oger_qwen2.5_math_7b.yaml                 # the paper's setup
+
+Without `--config`, the CPU demo recipe `recipes/oger_smollm2_champ_cpu.yaml` is used; any option given on
+the command line overrides the recipe. Every `OGERConfig` / `GRPOConfig` / `ModelConfig` field is an option.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from trl_explore import OGERConfig, OGERTrainer
+
+DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_champ_cpu.yaml"
+
+
+@dataclass
+class ScriptArguments:
+    dataset_name: str = field(
+        default="champ",
+        metadata={
+            "help": "'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), a folder saved "
+            "by examples/build_offline_dataset.py, or a Hub dataset id with the same columns."
+        },
+    )
+    champ_settings: list[str] | None = field(
+        default=None,
+        metadata={"help": "With dataset_name 'champ': the CHAMP prompt settings whose solutions are kept (default: "
+                  "all 18; the first build verifies every solution, about 20 s per setting on one core)."},
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N prompts."})
+    min_offline_completions: int = field(
+        default=0, metadata={"help": "Drop prompts with fewer offline trajectories than this (0 keeps all prompts)."}
+    )
+
+
+def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
+    """The training split named by the script arguments (see `ScriptArguments.dataset_name`)."""
+    if script_args.dataset_name == "champ":
+        from trl_explore.data import load_default_offline_dataset
+
+        # teacher trajectories must fit in a completion (with its EOS), or their final answer is cut off
+        dataset = load_default_offline_dataset(
+            max_length=training_args.max_completion_length - 1, settings=script_args.champ_settings
+        )[script_args.dataset_train_split]
+    elif os.path.isdir(script_args.dataset_name):
+        from datasets import load_from_disk
+
+        dataset = load_from_disk(script_args.dataset_name)
+        if hasattr(dataset, "keys"):
+            dataset = dataset[script_args.dataset_train_split]
+    else:
+        from datasets import load_dataset
+
+        dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_train_split)
+    if script_args.min_offline_completions > 0:
+        column = training_args.offline_completions_column
+        dataset = dataset.filter(lambda row: len(row[column]) >= script_args.min_offline_completions)
+    if script_args.max_train_samples is not None:
+        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+    return dataset
+
+
+def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: ModelConfig) -> OGERTrainer:
+    start = time.perf_counter()
+    model_name = model_args.model_name_or_path or "embedded"
+    dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(__import__("torch"), model_args.dtype)
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": dtype,
+    }
+    trainer = OGERTrainer(
+        model_name,
+        args=training_args,
+        train_dataset=load_train_dataset(script_args, training_args),
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    if trainer.accelerator.is_main_process:
+        logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith("oger/")}
+        print(f"[train_oger] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; "
+              f"model saved to {training_args.output_dir}")
+        print("[train_oger] last oger metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
+        print_completion_rows(Path(training_args.output_dir) / "completions")
+    return trainer
+
+
+def print_completion_rows(folder: Path, max_chars: int = 60) -> None:
+    """Print the last step's per-completion rows (written by TRL when `log_completions` is on) compactly."""
+    files = sorted(folder.glob("completions_*.parquet"))
+    if not files:
+        return
+    import pandas as pd
+
+    table = pd.read_parquet(files[-1])
+    table["completion"] = [str(c[-1]["content"] if len(c) else "")[:max_chars].replace("\n", " ") for c in table["completion"]]
+    columns = [c for c in ("step", "is_offline", "teacher", "divergence", "last_token_entropy", "math_reward",
+                           "oger_reward", "advantage", "completion") if c in table.columns]
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", max_chars):
+        print(table[columns].to_string(index=False))
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+        argv = ["--config", str(DEMO_RECIPE), *argv]
+    parser = TrlParser((ScriptArguments, OGERConfig, ModelConfig))
+    main(*parser.parse_args_and_config(args=argv))

@@ -1,0 +1,50 @@
+"""Run by tests/test_oger_distributed.py under `accelerate launch --num_processes 2 --cpu` (gloo).
+
+Each process records, for every group it builds, the prompts of the group's rows and which row was
+replaced; rank files are written to the output directory given as argv[1].
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conftest import make_tiny_causal_lm  # noqa: E402
+from test_oger_trainer import _dataset  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from trl_explore import OGERConfig, OGERTrainer  # noqa: E402
+from trl_explore.defaults import default_policy_path  # noqa: E402
+from trl_explore.oger import trainer as oger_trainer_module  # noqa: E402
+
+out = Path(sys.argv[1])
+tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
+records = []
+
+
+class RecordingOGERTrainer(OGERTrainer):
+    def _offline_for_group(self, rows, group):
+        records.append({"step": self.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
+        return super()._offline_for_group(rows, group)
+
+
+original = oger_trainer_module.select_replacements
+
+
+def spy(divergence, k, rule="lowest_divergence", generator=None):
+    chosen = original(divergence, k, rule, generator)
+    records[-1].update(divergence=divergence.tolist(), chosen=chosen.tolist())
+    return chosen
+
+
+oger_trainer_module.select_replacements = spy
+args = OGERConfig(
+    output_dir=str(out / "run"), per_device_train_batch_size=4, num_generations=4, max_completion_length=12,
+    max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+    bf16=False, embedding_model="embedded", seed=0,
+)
+trainer = RecordingOGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_dataset=_dataset(), processing_class=tokenizer)
+trainer.train()
+rank = trainer.accelerator.process_index
+(out / f"rank{rank}.json").write_text(json.dumps({"records": records, "log_history": trainer.state.log_history}))

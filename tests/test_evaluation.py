@@ -1,0 +1,549 @@
+"""Tests of trl_explore.evaluation: metrics on exact values, the registry on local fixtures, grading,
+the runner end to end on a tiny model, tables, sweeps and plots."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import pathlib
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from trl_explore.evaluation import benchmarks as bm
+from trl_explore.evaluation import metrics, plots, runner, sweeps
+
+DATA = pathlib.Path(__file__).parent / "data" / "eval"
+FIXTURES = {
+    "aime2024": "aime2024.jsonl", "aime2025": "aime2025.jsonl", "amc": "amc.jsonl", "math500": "math500.jsonl",
+    "minerva": "minerva.jsonl", "olympiadbench": "olympiadbench.jsonl", "arc_challenge": "arc_challenge.jsonl",
+    "gpqa_diamond": "gpqa_diamond.jsonl", "mmlu_pro": "mmlu_pro.parquet", "bbh": "bbh.jsonl",
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------------
+
+
+def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    """Fraction of the k-subsets of n samples (the first c correct) that hold a correct sample."""
+    verdicts = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return Fraction(sum(any(verdicts[i] for i in s) for s in subsets), len(subsets))
+
+
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (4, 2, 2, Fraction(5, 6)),  # 1 - C(2,2)/C(4,2) = 1 - 1/6
+        (5, 1, 2, Fraction(2, 5)),  # 1 - C(4,2)/C(5,2) = 1 - 6/10
+        (10, 3, 1, Fraction(3, 10)),  # k = 1: c / n
+        (8, 2, 4, Fraction(11, 14)),  # 1 - C(6,4)/C(8,4) = 1 - 15/70
+        (3, 0, 2, Fraction(0)),
+        (3, 3, 3, Fraction(1)),
+        (8, 1, 8, Fraction(1)),  # k = n: 1[c > 0]
+        (6, 5, 2, Fraction(1)),  # n - c < k
+    ],
+)
+def test_pass_at_k_hand_values(n, c, k, expected):
+    assert metrics.pass_at_k(n, c, k) == pytest.approx(float(expected), abs=1e-15)
+
+
+def test_pass_at_k_matches_exact_rationals_and_subset_enumeration():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = exact_pass_at_k(n, c, k)
+                assert brute_force_pass_at_k(n, c, k) == exact
+                assert metrics.pass_at_k(n, c, k) == pytest.approx(float(exact), abs=1e-14), (n, c, k)
+
+
+def test_pass_at_k_is_stable_for_large_n():
+    for n, c, k in [(256, 3, 128), (256, 1, 7), (256, 200, 32), (1024, 10, 512), (5000, 17, 100)]:
+        exact = float(exact_pass_at_k(n, c, k))
+        assert metrics.pass_at_k(n, c, k) == pytest.approx(exact, rel=1e-12, abs=1e-15)
+    assert metrics.pass_at_k(256, 1, 1) == pytest.approx(1 / 256, rel=1e-14)
+    assert metrics.pass_at_k(100_000, 50_000, 50_000) == 1.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [((4, 2, 5), "k=5"), ((4, 5, 1), "c`=5"), ((0, 0, 1), "`n` must be >= 1"), ((4, -1, 1), "`c` must be >= 0"),
+     ((4, 1, 0), "`k` must be >= 1")],
+)  # fmt: skip
+def test_pass_at_k_rejects_bad_counts(args, message):
+    with pytest.raises(ValueError, match=message):
+        metrics.pass_at_k(*args)
+    with pytest.raises(TypeError, match="integer"):
+        metrics.pass_at_k(4.5, 1, 1)
+
+
+def test_mean_at_k_and_benchmark_pass_at_k():
+    assert metrics.mean_at_k([8, 8, 8], [8, 0, 2]) == pytest.approx((1 + 0 + 0.25) / 3)
+    assert metrics.mean_at_k([2, 4], [1, 1]) == pytest.approx(0.375)  # per problem, not pooled (2/6)
+    assert metrics.benchmark_pass_at_k([8, 8, 8], [8, 0, 2], 8) == pytest.approx(2 / 3)
+    assert metrics.benchmark_pass_at_k([4, 4], [2, 1], 2) == pytest.approx((5 / 6 + 1 / 2) / 2)
+    assert metrics.benchmark_pass_at_k([4, 4], [2, 1], 1) == pytest.approx(metrics.mean_at_k([4, 4], [2, 1]))
+    with pytest.raises(ValueError, match="problem 1 has only 2"):
+        metrics.pass_at_k_per_problem([4, 2], [1, 1], 3)
+    with pytest.raises(ValueError, match="problem 0 has num_correct=5"):
+        metrics.mean_at_k([4], [5])
+    with pytest.raises(ValueError, match="empty"):
+        metrics.mean_at_k([], [])
+
+
+def test_correct_counts_default_ks_and_curve():
+    n, c = metrics.correct_counts([[True, False, False, True], [False] * 4])
+    assert n.tolist() == [4, 4] and c.tolist() == [2, 0]
+    with pytest.raises(ValueError, match="problem 1 has no graded sample"):
+        metrics.correct_counts([[True], []])
+    assert metrics.default_ks(1) == [1]
+    assert metrics.default_ks(8) == [1, 2, 4, 8]
+    assert metrics.default_ks(12) == [1, 2, 4, 8, 12]
+    assert metrics.default_ks(256)[-1] == 256 and len(metrics.default_ks(256)) == 9
+    curve = metrics.pass_at_k_curve([4, 4], [2, 1])
+    assert list(curve) == [1, 2, 4]
+    assert curve[2] == pytest.approx((5 / 6 + 1 / 2) / 2) and curve[4] == 1.0
+
+
+def test_macro_average():
+    assert metrics.macro_average({"a": 0.2, "b": 0.4, "c": 0.9}) == pytest.approx(0.5)
+    assert metrics.macro_average({"a": 0.2, "b": 0.4, "c": 0.9}, ["a", "b"]) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match=r"no score for benchmark\(s\) \['d'\]"):
+        metrics.macro_average({"a": 0.2}, ["a", "d"])
+    with pytest.raises(ValueError, match="benchmark 'a' is not a finite number"):
+        metrics.macro_average({"a": float("nan")})
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry and grading
+# --------------------------------------------------------------------------------------------------
+
+
+def test_registry_names_and_aliases():
+    assert set(FIXTURES) | {"champ"} == set(bm.BENCHMARKS)
+    for alias, name in [("AIME 2024", "aime2024"), ("aime25", "aime2025"), ("MATH-500", "math500"),
+                        ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"), ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
+        assert bm.benchmark_spec(alias).name == name
+    with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'.*aime2024"):
+        bm.benchmark_spec("gsm9k")
+    for spec in bm.BENCHMARKS.values():
+        assert spec.domain in ("math", "ood") and spec.grading in bm.GRADINGS
+        assert spec.hub_id or spec.name == "champ"
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_every_benchmark_loads_from_a_local_file_in_its_hub_schema(name):
+    data = bm.load_benchmark(name, DATA / FIXTURES[name])
+    assert data.column_names == list(bm.BENCHMARK_COLUMNS)
+    assert len(data) == 2
+    spec = bm.benchmark_spec(name)
+    for row in data:
+        assert row["benchmark"] == name and row["problem_id"].startswith(f"{name}/")
+        assert row["grading"] == spec.grading and row["domain"] == spec.domain
+        assert row["answer"] and row["problem"] and row["prompt"] == []
+        if spec.grading == "multiple_choice":
+            letter = row["answer"]
+            assert f"\n{letter}. {row['choices'][bm.LETTERS.index(letter)]}" in row["problem"]
+    assert len(bm.load_benchmark(name, DATA / FIXTURES[name], limit=1)) == 1
+
+
+def test_field_mappings_give_the_expected_gold_answers():
+    def answers(name):
+        return [(r["problem_id"], r["answer"]) for r in bm.load_benchmark(name, DATA / FIXTURES[name])]
+
+    assert answers("amc") == [("amc/0", "142"), ("amc/1", "1.5")]  # the Hub stores floats
+    assert answers("olympiadbench") == [("olympiadbench/1001", "-3, 3"), ("olympiadbench/1002", "120")]
+    assert answers("minerva") == [("minerva/0", "20"), ("minerva/1", "3")]  # no id field: row index
+    assert answers("arc_challenge") == [("arc_challenge/LOCAL_1", "B"), ("arc_challenge/LOCAL_2", "C")]  # label "3"
+    assert answers("mmlu_pro") == [("mmlu_pro/1", "B"), ("mmlu_pro/2", "C")]
+    assert answers("bbh") == [("bbh/boolean_expressions-0", "False"), ("bbh/date_understanding-1", "(A)")]
+    gpqa = bm.load_benchmark("gpqa_diamond", DATA / FIXTURES["gpqa_diamond"])
+    for row, correct in zip(gpqa, ["Na", "newton"]):
+        assert row["choices"][bm.LETTERS.index(row["answer"])] == correct
+        assert sorted(row["choices"]) != row["choices"] or True  # order is a fixed shuffle
+    again = bm.load_benchmark("gpqa_diamond", DATA / FIXTURES["gpqa_diamond"])
+    assert again["choices"] == gpqa["choices"]  # deterministic
+
+
+def test_bad_benchmark_input_gives_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"row 1 \(id 'aime2024/8'\): the 'answer' field is empty"):
+        bm.load_benchmark("aime2024", DATA / "missing_answer.jsonl")
+    with pytest.raises(ValueError, match="has no rows"):
+        bm.load_benchmark("aime2024", DATA / "empty.jsonl")
+    with pytest.raises(ValueError, match=r"row 0 .*no 'question' field"):
+        bm.load_benchmark("minerva", DATA / "aime2024.jsonl")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        bm.load_benchmark("aime2024", tmp_path / "nope.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "x", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2: not valid JSON"):
+        bm.load_benchmark("aime2024", bad)
+    arc = tmp_path / "arc.jsonl"
+    arc.write_text(json.dumps({"id": "q", "question": "?", "choices": {"text": ["a", "b"], "label": ["A", "B"]},
+                               "answerKey": "E"}) + "\n")  # fmt: skip
+    with pytest.raises(ValueError, match="answer 'E' is not one of the labels"):
+        bm.load_benchmark("arc_challenge", arc)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": 1, "problem": "a", "answer": "1"}\n{"id": 1, "problem": "b", "answer": "2"}\n')
+    with pytest.raises(ValueError, match="share the id 'aime2024/1'"):
+        bm.load_benchmark("aime2024", dup)
+
+
+@pytest.mark.parametrize(
+    "text, num_choices, expected",
+    [
+        (r"so the result is \boxed{C}", 4, "C"),
+        (r"\boxed{(B)}", 4, "B"),
+        (r"\boxed{\text{D}}", 4, "D"),
+        (r"\boxed{A. 12}", 4, "A"),
+        ("Thinking... The answer is (B).", 4, "B"),
+        ("Answer: C", 4, "C"),
+        ("final answer: **D**", 4, "D"),
+        ("The correct option is A, since ...", 4, "A"),
+        ("First I thought the answer is A. Actually the answer is C.", 4, "C"),
+        ("Reasoning here.\n(B)", 4, "B"),
+        ("Reasoning here.\nB.", 4, "B"),
+        ("the answer is a prime number", 4, None),  # lower-case article, not a letter
+        ("The answer is E.", 4, None),  # beyond the options
+        ("The answer is J", 10, "J"),  # MMLU-Pro has ten options
+        (r"\boxed{12}", 4, None),
+        ("I do not know.", 4, None),
+        ("", 4, None),
+    ],
+)
+def test_extract_choice_letter(text, num_choices, expected):
+    assert bm.extract_choice_letter(text, num_choices) == expected
+
+
+def test_extract_choice_letter_rejects_bad_option_count():
+    with pytest.raises(ValueError, match="num_choices"):
+        bm.extract_choice_letter("A", 1)
+
+
+def test_grade_completion_by_grading():
+    assert bm.grade_completion(r"... \boxed{\frac{10}{12}}", r"\frac{5}{6}", "math") == (r"\frac{10}{12}", True)
+    assert bm.grade_completion(r"... \boxed{7}", "4", "math") == ("7", False)
+    assert bm.grade_completion("The answer is (B).", "B", "multiple_choice", 4) == ("B", True)
+    assert bm.grade_completion("The answer is (C).", "B", "multiple_choice", 4) == ("C", False)
+    assert bm.grade_completion("So the answer is False.", "False", "exact_match")[1] is True
+    assert bm.grade_completion("the answer is (A).", "(A)", "exact_match")[1] is True
+    assert bm.grade_completion(r"\boxed{A}", "(A)", "exact_match")[1] is True
+    assert bm.grade_completion("the answer is (B).", "(A)", "exact_match")[1] is False
+    with pytest.raises(ValueError, match="unknown grading"):
+        bm.grade_completion("x", "1", "fuzzy")
+
+
+# --------------------------------------------------------------------------------------------------
+# Runner
+# --------------------------------------------------------------------------------------------------
+
+
+class ScriptedGenerator:
+    """A generation backend that returns fixed completions (to test grading and aggregation)."""
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def generate(self, prompts, plan, *, steering=None, seed=0, desc=""):
+        assert len(prompts) == len(self.texts) and all(len(t) == plan.num_samples for t in self.texts)
+        ids = [[list(range(len(t.split()))) for t in group] for group in self.texts]
+        return runner.Generations(self.texts, ids, [[] for _ in prompts], [[False] * len(g) for g in self.texts],
+                                  [[0] * len(g) for g in self.texts], 0.0)  # fmt: skip
+
+
+def test_protocols_give_the_papers_sampling_plans():
+    oger = runner.get_protocol("oger")
+    assert oger.plan("aime2024").num_samples == 32 and oger.plan("amc").num_samples == 32
+    assert oger.plan("math500").num_samples == 1 and oger.plan("math500").temperature == 0.8
+    assert oger.plan("math500").system_prompt.startswith("Your task is to follow a systematic")
+    assert oger.plan("gpqa_diamond").system_prompt is None  # removed for OOD (App. B)
+    ase = runner.get_protocol("ase").plan("aime2025")
+    assert (ase.num_samples, ase.temperature, ase.top_p, ase.top_k, ase.max_new_tokens) == (8, 0.6, 0.95, 0, 4096)
+    demo = runner.get_protocol("demo").plan("champ", max_new_tokens=64, temperature=None)
+    assert (demo.num_samples, demo.temperature, demo.max_new_tokens) == (8, 0.8, 64)
+    with pytest.raises(ValueError, match="unknown evaluation protocol"):
+        runner.get_protocol("paper")
+    with pytest.raises(ValueError, match="use num_samples=1"):
+        runner.get_protocol("ase").plan("aime2024", temperature=0.0)
+    with pytest.raises(ValueError, match="unknown sampling override"):
+        runner.get_protocol("ase").plan("aime2024", beams=4)
+
+
+def test_build_messages():
+    row = bm.load_benchmark("gpqa_diamond", DATA / FIXTURES["gpqa_diamond"])[0]
+    oger = runner.get_protocol("oger")
+    messages = runner.build_messages(row, oger.plan("gpqa_diamond"))
+    assert [m["role"] for m in messages] == ["user"] and "letter of the correct option" in messages[0]["content"]
+    math_row = bm.load_benchmark("math500", DATA / FIXTURES["math500"])[0]
+    messages = runner.build_messages(math_row, oger.plan("math500"))
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[1]["content"].startswith("This is the problem: What is")
+    own = {**math_row, "prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}
+    assert runner.build_messages(own, oger.plan("math500")) == own["prompt"]  # CHAMP keeps its prompt
+
+
+def test_grading_and_aggregation_on_scripted_completions(tmp_path):
+    data = bm.load_benchmark("math500", DATA / FIXTURES["math500"])  # golds 5/6 and 4
+    texts = [
+        [r"\boxed{\frac{5}{6}}", r"\boxed{0.5}", r"\boxed{5/6}", "I cannot solve it."],  # 2 of 4 correct
+        [r"x = \boxed{3}", r"\boxed{3}", r"\boxed{5}", r"\boxed{3}"],  # 0 of 4
+    ]
+    plan = runner.get_protocol("demo").plan("math500", num_samples=4)
+    records, summary = runner.evaluate_dataset(ScriptedGenerator(texts), data, plan)
+    assert [r["correct"] for r in records] == [True, False, True, False, False, False, False, False]
+    assert [r["extracted_answer"] for r in records[4:]] == ["3", "3", "5", "3"]
+    assert summary["num_problems"] == 2 and summary["num_samples"] == 4
+    assert summary["mean"] == pytest.approx((2 / 4 + 0) / 2)
+    assert summary["pass_at_k"] == pytest.approx({"1": 0.25, "2": (5 / 6) / 2, "4": 0.5})
+    assert summary["pass_at_n"] == pytest.approx(0.5)
+    # disagreement over answered pairs, answers compared as strings: problem 1 has 3 answers
+    # (\frac{5}{6}, 0.5, 5/6) -> 3 of 3 pairs differ; problem 2 has 3, 3, 5, 3 -> 3 of 6 differ; pooled 6 / 9
+    assert records[3]["extracted_answer"] is None
+    assert summary["answer_disagreement"] == pytest.approx(6 / 9)
+    with pytest.raises(ValueError, match="empty results"):
+        runner.summarize_benchmark([])
+
+
+def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
+    from conftest import make_tiny_causal_lm
+
+    from trl_explore.rewards.math_verify_reward import verify_answer
+
+    model = make_tiny_causal_lm(smollm2_tokenizer).eval()
+    records, summary = runner.evaluate(
+        model, smollm2_tokenizer, ["math500", "arc_challenge"],
+        benchmark_files={"math500": DATA / FIXTURES["math500"], "arc_challenge": DATA / FIXTURES["arc_challenge"]},
+        protocol="demo", num_samples=3, max_new_tokens=6, batch_size=4, show_progress=False,
+    )  # fmt: skip
+    assert summary["backend"] == "transformers"
+    assert len(records) == 2 * 2 * 3
+    golds = {r["problem_id"]: r["answer"] for name in ("math500", "arc_challenge")
+             for r in bm.load_benchmark(name, DATA / FIXTURES[name])}  # fmt: skip
+    for record in records:  # verdicts recomputed independently
+        assert 1 <= record["num_tokens"] <= 6 and record["temperature"] == 0.8
+        gold = golds[record["problem_id"]]
+        if record["benchmark"] == "math500":
+            assert record["correct"] == verify_answer(record["completion"], gold)
+        else:
+            assert record["correct"] == (bm.extract_choice_letter(record["completion"], 4) == gold)
+    for name in ("math500", "arc_challenge"):
+        rows = [r for r in records if r["benchmark"] == name]
+        per_problem = {}
+        for r in rows:
+            per_problem.setdefault(r["problem_id"], []).append(r["correct"])
+        assert summary["benchmarks"][name]["mean"] == pytest.approx(np.mean([np.mean(v) for v in per_problem.values()]))
+    assert set(summary["averages"]) == {"math", "ood"}
+
+    out = runner.save_run(tmp_path / "run", records, summary, label="tiny")
+    import pandas as pd
+
+    assert len(pd.read_parquet(out / runner.SAMPLES_PARQUET)) == len(records)
+    lines = (out / runner.SAMPLES_JSONL).read_text().splitlines()
+    assert json.loads(lines[0]).keys() >= {"problem_id", "sample_index", "completion", "extracted_answer", "correct"}
+    assert runner.load_summary(out)["benchmarks"].keys() == {"math500", "arc_challenge"}
+    again = [r for r in runner.load_samples(out) if r["benchmark"] == "math500"]  # re-scored from the file
+    assert runner.summarize_benchmark(again)["mean"] == pytest.approx(summary["benchmarks"]["math500"]["mean"])
+    table = (out / runner.RESULTS_MD).read_text()
+    assert "| Model | MATH-500 | ARC-C | Math Avg. | OOD Avg. |" in table and "| tiny |" in table
+
+
+def test_empty_or_broken_results_files_give_clear_errors(tmp_path):
+    (tmp_path / runner.SAMPLES_JSONL).write_text("")
+    with pytest.raises(ValueError, match="has no per-sample records"):
+        runner.load_samples(tmp_path)
+    (tmp_path / runner.SAMPLES_JSONL).write_text('{"benchmark": "amc", "problem_id": "amc/0"}\n')
+    with pytest.raises(ValueError, match=r"record 0: missing field\(s\) \['sample_index', 'correct'\]"):
+        runner.load_samples(tmp_path)
+    (tmp_path / runner.SUMMARY_JSON).write_text("")
+    with pytest.raises(ValueError, match="summary file is empty"):
+        runner.load_summary(tmp_path)
+    (tmp_path / runner.SUMMARY_JSON).write_text('{"benchmarks": {}}')
+    with pytest.raises(ValueError, match="no benchmark results"):
+        runner.load_summary(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no evaluation summary"):
+        runner.load_summary(tmp_path / "missing")
+
+
+def _summary(model, scores, layout="ase", n=8):
+    domain = {"aime2024": "math", "math500": "math", "gpqa_diamond": "ood"}
+    title = {"aime2024": "AIME 2024", "math500": "MATH-500", "gpqa_diamond": "GPQA-D"}
+    benchmarks = {
+        name: {"title": title[name], "domain": domain[name], "mean": m, "pass_at_n": p, "num_samples": n,
+               "pass_at_k": {"1": m, str(n): p}}
+        for name, (m, p) in scores.items()
+    }  # fmt: skip
+    return {"model": model, "layout": layout, "benchmarks": benchmarks, "averages": runner.domain_averages(benchmarks)}
+
+
+def test_results_table_layouts_and_deltas():
+    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
+    ours = _summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
+    table = runner.results_table({"GRPO": base, "OGER": ours}, baseline="GRPO")
+    lines = table.splitlines()
+    assert lines[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math Avg. | OOD Avg. |"
+    assert lines[2] == "| GRPO | 10.00 / 30.00 | 50.00 / 70.00 | 25.00 / 50.00 | 30.00 / 50.00 | 25.00 / 50.00 |"
+    assert lines[3] == ("| OGER | 20.00 (+10.00) / 40.00 (+10.00) | 55.00 (+5.00) / 80.00 (+10.00) | "
+                        "25.00 (+0.00) / 75.00 (+25.00) | 37.50 (+7.50) / 60.00 (+10.00) | "
+                        "25.00 (+0.00) / 75.00 (+25.00) |")  # fmt: skip
+    oger = runner.results_table({"OGER": ours}, layout="oger").splitlines()
+    assert oger[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math AVG | OOD |"
+    assert oger[2] == "| OGER | 20.00 | 55.00 | 25.00 | 37.50 | 25.00 |"
+    with pytest.raises(ValueError, match="baseline 'LUFFY' is not one of the runs"):
+        runner.results_table({"OGER": ours}, baseline="LUFFY")
+
+
+def test_temperature_and_steering_sweeps_on_a_tiny_model(smollm2_tokenizer):
+    from conftest import make_tiny_causal_lm
+
+    from trl_explore.ase.bank import SteeringVectorBank
+
+    model = make_tiny_causal_lm(smollm2_tokenizer).eval()
+    generator = runner.TransformersGenerator(model, smollm2_tokenizer, batch_size=8, show_progress=False)
+    datasets = {"aime2024": bm.load_benchmark("aime2024", DATA / FIXTURES["aime2024"], limit=1)}
+    protocol = runner.get_protocol("demo")
+    records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, [0.5, 1.0], k=2, num_samples=2,
+                                              max_new_tokens=3)  # fmt: skip
+    assert sweep["temperatures"] == [0.5, 1.0] and len(sweep["average"]) == 2 and sweep["k"] == 2
+    assert sorted({r["temperature"] for r in records}) == [0.5, 1.0]
+    with pytest.raises(ValueError, match="temperatures must be > 0"):
+        sweeps.temperature_sweep(generator, datasets, protocol, [0.0])
+
+    bank = SteeringVectorBank(hidden_size=64, num_vectors=3)
+    state = bank.state_dict()
+    state["active"] = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
+    bank.load_state_dict(state)
+    records, rows = sweeps.steering_sweep(generator, datasets, protocol, {(3, 0.25): bank}, [0.5, 4.0],
+                                          num_samples=8, max_new_tokens=3)  # fmt: skip
+    assert [(r["K"], r["f"], r["alpha"]) for r in rows] == [(None, None, 0.0), (3, 0.25, 0.5), (3, 0.25, 4.0)]
+    assert rows[0]["delta_mean"] == 0.0
+    steered = [r["route"] for r in records if r["alpha"] == 0.5]
+    assert steered == [0, 0, 1, 1, 2, 2, 3, 3]  # balanced-uniform routes, clean route included
+    assert all(r["route"] == 0 for r in records if r["alpha"] == 0.0)
+    assert "| clean | - | 0.00 |" in sweeps.steering_table(rows)
+
+
+def test_readouts_at_fractions_pick_the_response_relative_position(smollm2_tokenizer):
+    from conftest import make_tiny_causal_lm
+
+    from trl_explore.ase.steering import ActivationSteeringGenerator, find_decoder_layers
+
+    model = make_tiny_causal_lm(smollm2_tokenizer).eval()
+    prompt = smollm2_tokenizer("Compute 1+1.")["input_ids"]
+    completion = [100, 200, 300, 400]
+    gens = runner.Generations([["x"]], [[completion]], [prompt], [[False]], [[0]])
+    steerer = ActivationSteeringGenerator(model, layer=0)
+    readouts = sweeps.readouts_at_fractions(steerer, gens, [0.0, 0.5], smollm2_tokenizer.pad_token_id)
+    captured = {}
+    handle = find_decoder_layers(model)[0].register_forward_hook(lambda m, a, o: captured.setdefault("h", o))
+    with torch.no_grad():
+        model(torch.tensor([prompt + completion]))
+    handle.remove()
+    hidden = captured["h"][0] if isinstance(captured["h"], tuple) else captured["h"]
+    assert torch.allclose(readouts[0.0][0], hidden[0, len(prompt) + 0], atol=1e-5)
+    assert torch.allclose(readouts[0.5][0], hidden[0, len(prompt) + 2], atol=1e-5)  # floor(0.5 * 4)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------------------
+
+
+def _write_trainer_state(folder: pathlib.Path, history: list[dict]) -> pathlib.Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": len(history), "log_history": history}))
+    return folder
+
+
+def test_load_log_history_merges_steps_and_finds_checkpoints(tmp_path):
+    history = [{"step": 1, "entropy": 1.5, "reward": 0.1}, {"step": 1, "eval_reward": 0.3},
+               {"step": 2, "entropy": 1.25, "reward": 0.2}, {"step": 2, "train_runtime": 9.0, "train_loss": 0.1}]  # fmt: skip
+    _write_trainer_state(tmp_path / "run" / "checkpoint-2", history)
+    _write_trainer_state(tmp_path / "run" / "checkpoint-1", history[:1])
+    frame = plots.load_log_history(tmp_path / "run")
+    assert frame.index.tolist() == [1, 2]
+    assert frame.loc[1, "eval_reward"] == 0.3 and frame.loc[2, "entropy"] == 1.25
+    assert "train_runtime" not in frame.columns
+    with pytest.raises(FileNotFoundError, match="no trainer_state.json"):
+        plots.load_log_history(tmp_path)
+    _write_trainer_state(tmp_path / "empty", [{"step": 5, "train_runtime": 1.0}])
+    with pytest.raises(ValueError, match="no logged metrics"):
+        plots.load_log_history(tmp_path / "empty")
+
+
+def _oger_history(scale: float) -> list[dict]:
+    return [
+        {"step": s, "entropy": scale * (2 - 0.1 * s), "oger/reward_mean": 0.01 * s, "oger/reward_max": 0.05 * s,
+         "oger/failed_ratio": 1 - 0.05 * s, "reward": 0.1 * s}
+        for s in range(1, 6)
+    ]  # fmt: skip
+
+
+def _ase_history() -> list[dict]:
+    return [
+        {"step": s, "ase/cluster_share_0": 0.5, "ase/cluster_share_1": 0.3, "ase/cluster_share_2": 0.2,
+         "ase/temporal_alignment": 0.7, "ase/inter_cluster_alignment": -0.45, "ase/answer_disagreement": 0.4,
+         "reward": 0.2}
+        for s in range(1, 4)
+    ]  # fmt: skip
+
+
+def _lines_per_panel(fig) -> dict[str, int]:
+    return {ax.get_title().split(" (")[0]: len(ax.get_lines()) for ax in fig.axes if ax.get_visible()}
+
+
+def test_training_dynamics_plots_have_the_expected_lines(tmp_path):
+    runs = {"OGER": _oger_history(1.0), "w/o Refinement": _oger_history(0.8)}
+    frames = {label: plots.load_log_history(_write_trainer_state(tmp_path / label.replace("/", "_"), h))
+              for label, h in runs.items()}  # fmt: skip
+    fig = plots.plot_training_dynamics(frames, plots.OGER_PANELS, tmp_path / "oger.png")
+    assert _lines_per_panel(fig) == {"Policy entropy": 2, "Failed-response ratio": 2, "OGER exploration reward": 4,
+                                     "Training reward": 2}  # fmt: skip
+    assert (tmp_path / "oger.png").stat().st_size > 5_000
+    ase = {"ASE": plots.load_log_history(_write_trainer_state(tmp_path / "ase", _ase_history()))}
+    fig = plots.plot_training_dynamics(ase, plots.ASE_PANELS, tmp_path / "ase.png")
+    assert _lines_per_panel(fig) == {"Cluster shares": 3, "Vector geometry": 2, "Answer disagreement": 1,
+                                     "Training reward": 1}  # fmt: skip
+    with pytest.raises(ValueError, match="none of the panels"):
+        plots.plot_training_dynamics(ase, [plots.OGER_PANELS[0]])
+
+
+def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
+    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
+    ours = _summary("OGER", {"aime2024": (0.2, 0.4)})
+    fig = plots.plot_pass_at_k({"GRPO": base, "OGER": ours}, tmp_path / "pk.png")
+    assert _lines_per_panel(fig) == {"AIME 2024: pass@k": 2, "MATH-500: pass@k": 1}
+    assert (tmp_path / "pk.png").stat().st_size > 5_000
+    with pytest.raises(ValueError, match=r"no run evaluated \['amc'\]"):
+        plots.plot_pass_at_k({"GRPO": base}, benchmarks=["amc"])
+    sweep = {"k": 8, "temperatures": [0.1, 0.5, 1.0], "average": [0.2, 0.3, 0.25]}
+    fig = plots.plot_temperature_sweep({"OGER": sweep, "GRPO": {**sweep, "average": [0.1, 0.2, 0.1]}}, tmp_path / "t.png")
+    assert len(fig.axes[0].get_lines()) == 2 and (tmp_path / "t.png").stat().st_size > 5_000
+
+    train = _write_trainer_state(tmp_path / "train", _oger_history(1.0))
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    (evaluation / runner.SUMMARY_JSON).write_text(json.dumps(base))
+    (evaluation / "temperature_sweep.json").write_text(json.dumps(sweep))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_example", pathlib.Path(__file__).parents[1] / "examples" / "plot.py")
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "plot_example", example)  # dataclasses resolve annotations there
+    spec.loader.exec_module(example)
+    assert example.positional_to_flags([str(train), str(evaluation), "--smooth", "2"]) == [
+        "--run_dirs", str(train), str(evaluation), "--smooth", "2"]  # fmt: skip
+    written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)], output_dir=str(tmp_path / "out")))
+    assert sorted(p.name for p in written) == ["pass_at_k.png", "temperature_sweep.png", "training_dynamics_oger.png"]
+    assert all(p.stat().st_size > 5_000 for p in written)
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plots.plot_runs([tmp_path / "out"], tmp_path / "none")

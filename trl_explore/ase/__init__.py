@@ -1,0 +1,37 @@
+"""ASE-GRPO: activation-space exploration (config, trainer, vector bank, steering generator).
+
+The four public names are imported on first use, so ``import trl_explore.ase.bank`` (or ``routing``,
+``importance``, ``steering``) stays light: TRL is imported only with ``ASEConfig`` / ``ASEGRPOTrainer``.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+_LAZY = {
+    "ASEConfig": "trl_explore.ase.config",
+    "ASEGRPOTrainer": "trl_explore.ase.trainer",
+    "SteeringVectorBank": "trl_explore.ase.bank",
+    "ActivationSteeringGenerator": "trl_explore.ase.steering",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trl_explore.ase' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from trl_explore.ase.bank import SteeringVectorBank
+    from trl_explore.ase.config import ASEConfig
+    from trl_explore.ase.steering import ActivationSteeringGenerator
+    from trl_explore.ase.trainer import ASEGRPOTrainer

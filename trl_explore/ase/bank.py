@@ -1,0 +1,703 @@
+"""The steering-vector bank of ASE-GRPO: K directions estimated online from rollout outcomes.
+
+Source: ASE paper §3.2 ("vector-bank estimation") and App. D; SPEC §3.1, §3.4, §3.6, §3.8.
+
+One bank update, from the rollouts of one step (``SteeringVectorBank.update``):
+
+1. ``contrast_pairs``: inside each problem, pair every correct rollout (reward > 0.5) with every
+   incorrect one (optionally capped per problem).
+2. ``pair_differences``: CAA-style difference ``a_pos - a_neg`` of the block-L readout activations.
+3. ``cluster_candidates``: PCA to at most ``pca_dim`` dimensions, K-means into K clusters; the
+   candidate of cluster k is the mean difference of its members in the ORIGINAL space (natural
+   norm, not normalised).
+4. ``match_to_previous``: one-to-one matching of the candidates to the previous bank by cosine
+   (Hungarian algorithm, maximising the total cosine).
+5. ``ema_update``: ``v <- beta * v_old + (1 - beta) * v_new``; the first estimate is taken as is.
+
+The new bank is *pending*: it becomes the *active* bank (the one used for steering) only when the
+trainer calls ``activate()`` after the optimizer step (paper: "a newly estimated bank becomes
+active only after actor optimization").
+
+Every step is a small pure function of tensors; ``SteeringVectorBank`` only strings them together
+and keeps the state (vectors, counters, random generator).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from sklearn.decomposition import PCA
+from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
+
+CORRECT_THRESHOLD = 0.5
+"""A rollout is *correct* (positive) when its reward is strictly greater than this value.
+
+ASE rewards are verifier outcomes in {0, 1}, so 0.5 splits them without ambiguity."""
+
+CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
+"""Names accepted by ``SteeringVectorBank(control=...)`` (SPEC §3.6, paper Table 4 and App. D.2)."""
+
+BANK_TENSORS_FILE = "steering_bank.safetensors"
+BANK_METADATA_FILE = "steering_bank.json"
+
+_EPS = 1e-12  # norms below this count as zero in cosine computations
+
+
+# --------------------------------------------------------------------------------------------
+# Pure functions (tensors in, tensors out)
+# --------------------------------------------------------------------------------------------
+
+
+def contrast_pairs(
+    problem_ids: Sequence[Hashable],
+    rewards: torch.Tensor,
+    *,
+    threshold: float = CORRECT_THRESHOLD,
+    max_pairs_per_problem: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Within-problem (correct, incorrect) index pairs (paper §3.2: within-problem pairing).
+
+    Every correct rollout (``reward > threshold``) of a problem is paired with every incorrect one
+    (``reward <= threshold``) of the same problem. Order of the result: problems in order of first
+    appearance; inside a problem, positives in row order, and for each positive the negatives in row
+    order.
+
+    Args:
+        problem_ids: ``B`` hashable ids; rows with equal ids belong to the same problem.
+        rewards: ``Tensor[B]`` of verifier rewards (any real dtype).
+        threshold: rewards strictly above it are correct. Default 0.5 (``CORRECT_THRESHOLD``).
+        max_pairs_per_problem: if set and a problem has more pairs than this, keep a uniformly random
+            subset of exactly this many (without replacement, drawn from ``generator``), kept in the
+            order above. ``None`` (default) keeps all pairs (at most ``(N/2)^2`` per problem).
+        generator: CPU ``torch.Generator`` for the capping draws (only used when a cap binds).
+
+    Returns:
+        ``LongTensor[P, 2]`` of row indices, column 0 the positive, column 1 the negative.
+        ``P`` may be 0.
+
+    Raises:
+        ValueError: ``rewards`` not 1-D, length mismatch with ``problem_ids``, non-finite rewards,
+            or ``max_pairs_per_problem < 1``.
+        TypeError: an unhashable problem id.
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if len(problem_ids) != rewards.shape[0]:
+        raise ValueError(
+            f"problem_ids has {len(problem_ids)} entries but rewards has {rewards.shape[0]} rows"
+        )
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contains NaN or inf")
+    if max_pairs_per_problem is not None and max_pairs_per_problem < 1:
+        raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {max_pairs_per_problem}")
+
+    correct = (rewards.detach().cpu() > threshold).tolist()
+    rows_of: dict[Hashable, list[int]] = {}
+    for row, pid in enumerate(problem_ids):
+        try:
+            rows_of.setdefault(pid, []).append(row)
+        except TypeError as err:
+            raise TypeError(f"problem_ids[{row}] = {pid!r} is not hashable") from err
+
+    pairs: list[torch.Tensor] = []
+    for rows in rows_of.values():
+        pos = torch.tensor([r for r in rows if correct[r]], dtype=torch.long)
+        neg = torch.tensor([r for r in rows if not correct[r]], dtype=torch.long)
+        if len(pos) == 0 or len(neg) == 0:
+            continue
+        problem_pairs = torch.cartesian_prod(pos, neg).reshape(-1, 2)
+        if max_pairs_per_problem is not None and len(problem_pairs) > max_pairs_per_problem:
+            keep = torch.randperm(len(problem_pairs), generator=generator)[:max_pairs_per_problem]
+            problem_pairs = problem_pairs[keep.sort().values]
+        pairs.append(problem_pairs)
+    if not pairs:
+        return torch.zeros((0, 2), dtype=torch.long)
+    return torch.cat(pairs)
+
+
+def pair_differences(activations: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """CAA-style contrast vectors ``a_pos - a_neg`` (paper §3.2; Rimsky et al. 2024).
+
+    Args:
+        activations: ``Tensor[B, d]`` (float32 expected; see ``SteeringVectorBank.update``).
+        pairs: ``LongTensor[P, 2]`` from ``contrast_pairs``.
+
+    Returns:
+        ``Tensor[P, d]``, same dtype as ``activations``.
+    """
+    return activations[pairs[:, 0]] - activations[pairs[:, 1]]
+
+
+def shuffle_pair_labels(
+    differences: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shuffled-labels control: swap positive and negative of each pair with probability 1/2.
+
+    Swapping the labels of a pair negates its difference, so this flips the sign of random rows
+    (paper App. D: "randomly exchanged before PCA, K-means, and cluster-direction estimation").
+
+    Args:
+        differences: ``Tensor[P, d]`` of ``a_pos - a_neg``.
+        generator: CPU ``torch.Generator``; exactly one ``torch.rand(P)`` draw is taken from it.
+
+    Returns:
+        ``(shuffled Tensor[P, d], swapped BoolTensor[P])`` where ``swapped[i]`` says row i was negated.
+    """
+    swapped = torch.rand(differences.shape[0], generator=generator) < 0.5
+    sign = 1.0 - 2.0 * swapped.to(differences.dtype)
+    return differences * sign[:, None], swapped
+
+
+def cluster_candidates(
+    differences: torch.Tensor,
+    num_clusters: int,
+    *,
+    pca_dim: int = 64,
+    kmeans_n_init: int = 16,
+    seed: int = 0,
+    num_threads: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PCA + K-means on the contrast vectors; one mean-difference candidate per cluster.
+
+    Paper §3.2 / App. D: PCA dimension 64, no feature scaling, K-means; the candidate of cluster k
+    is the mean of its members' differences in the original ``d``-dimensional space (not
+    normalised). PCA keeps ``min(pca_dim, P, d)`` components (scikit-learn ``PCA``, centred, solver
+    chosen by scikit-learn, ``random_state=seed``); K-means is scikit-learn ``KMeans`` (k-means++,
+    Lloyd, ``n_init=kmeans_n_init`` restarts, ``random_state=seed``). With ``num_clusters == 1``
+    PCA and K-means are skipped (one cluster holds every pair).
+
+    Args:
+        differences: ``Tensor[P, d]`` float32, finite, ``P >= num_clusters``.
+        num_clusters: K >= 1.
+        pca_dim: upper bound on the PCA dimension (default 64).
+        kmeans_n_init: K-means restarts (default 16); cost grows linearly with it.
+        seed: ``random_state`` of PCA and K-means.
+        num_threads: cap on the BLAS/OpenMP threads scikit-learn uses here (``threadpoolctl``);
+            ``None`` (default) leaves the process settings alone.
+
+    Returns:
+        ``(candidates Tensor[K, d] float32, labels LongTensor[P])``. If K-means finds fewer than K
+        distinct clusters (e.g. fewer than K distinct differences), the empty clusters get a zero
+        candidate; check ``torch.bincount(labels, minlength=K)`` (``SteeringVectorBank`` skips the
+        update in that case).
+
+    Raises:
+        ValueError: ``differences`` not 2-D, ``num_clusters < 1`` or ``P < num_clusters``.
+    """
+    if differences.dim() != 2:
+        raise ValueError(f"differences must be 2-D [P, d], got shape {tuple(differences.shape)}")
+    num_pairs, dim = differences.shape
+    if num_clusters < 1:
+        raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
+    if num_pairs < num_clusters:
+        raise ValueError(f"need at least num_clusters={num_clusters} differences, got {num_pairs}")
+    differences = differences.detach().to(device="cpu", dtype=torch.float32)
+
+    if num_clusters == 1:
+        labels = torch.zeros(num_pairs, dtype=torch.long)
+    else:
+        features = differences.numpy()
+        n_components = min(pca_dim, num_pairs, dim)
+        kmeans = KMeans(n_clusters=num_clusters, n_init=kmeans_n_init, random_state=seed)
+        with threadpool_limits(limits=num_threads):
+            # Zero-variance input makes scikit-learn's explained-variance ratio divide 0 by 0; we do
+            # not use that ratio, and K-means then finds fewer than K clusters (handled by the caller).
+            with np.errstate(invalid="ignore", divide="ignore"):
+                reduced = PCA(n_components=n_components, random_state=seed).fit_transform(features)
+            with warnings.catch_warnings():
+                # "Number of distinct clusters found smaller than n_clusters": reported through
+                # empty clusters in ``labels`` instead.
+                warnings.filterwarnings("ignore", "Number of distinct clusters", ConvergenceWarning)
+                labels = torch.from_numpy(kmeans.fit_predict(reduced).astype(np.int64))
+
+    counts = torch.bincount(labels, minlength=num_clusters)
+    sums = torch.zeros(num_clusters, dim, dtype=torch.float32).index_add_(0, labels, differences)
+    candidates = sums / counts.clamp(min=1).to(torch.float32)[:, None]
+    return candidates, labels
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarities between the rows of ``a [m, d]`` and ``b [n, d]``; returns ``[m, n]``.
+
+    A zero row has cosine 0 with everything (no division by zero).
+    """
+    a_unit = a / a.norm(dim=1, keepdim=True).clamp(min=_EPS)
+    b_unit = b / b.norm(dim=1, keepdim=True).clamp(min=_EPS)
+    return a_unit @ b_unit.T
+
+
+def match_to_previous(previous: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """One-to-one matching of new candidates to the previous bank, maximising total cosine.
+
+    Paper §3.2: "match candidates to the previous bank (maximum cosine, one-to-one)". Solved
+    exactly with the Hungarian algorithm (``scipy.optimize.linear_sum_assignment``), which can differ
+    from greedily taking the best pair first.
+
+    Args:
+        previous: ``Tensor[K, d]`` previous bank.
+        candidates: ``Tensor[K, d]`` new candidates.
+
+    Returns:
+        ``LongTensor[K]`` permutation ``perm`` such that ``candidates[perm][k]`` is matched to
+        ``previous[k]``.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if previous.shape != candidates.shape:
+        raise ValueError(
+            f"previous {tuple(previous.shape)} and candidates {tuple(candidates.shape)} differ in shape"
+        )
+    cosines = cosine_matrix(previous.double(), candidates.double()).numpy()
+    rows, cols = linear_sum_assignment(cosines, maximize=True)
+    perm = torch.empty(previous.shape[0], dtype=torch.long)
+    perm[torch.from_numpy(rows)] = torch.from_numpy(cols).long()
+    return perm
+
+
+def ema_update(previous: torch.Tensor, new: torch.Tensor, beta: float) -> torch.Tensor:
+    """Exponential moving average ``beta * previous + (1 - beta) * new`` (paper §3.2, beta = 0.5).
+
+    ``new`` must already be matched to ``previous`` row by row (``match_to_previous``).
+    """
+    return beta * previous + (1.0 - beta) * new
+
+
+def random_directions_like(
+    candidates: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Random-directions control: independent Gaussian directions with each candidate's L2 norm.
+
+    Paper App. D: "each independent random vector is rescaled to the corresponding cluster
+    candidate's original L2 norm before the EMA update".
+
+    Args:
+        candidates: ``Tensor[K, d]`` float32.
+        generator: CPU ``torch.Generator``; one ``torch.randn(K, d)`` draw is taken from it.
+
+    Returns:
+        ``Tensor[K, d]`` float32, row k with norm ``candidates[k].norm()`` and a uniformly random
+        direction.
+    """
+    directions = random_unit_vectors(candidates.shape[0], candidates.shape[1], generator)
+    return directions * candidates.norm(dim=1, keepdim=True)
+
+
+def random_unit_vectors(
+    num_vectors: int, dim: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """``Tensor[num_vectors, dim]`` float32 of independent, uniformly distributed unit vectors.
+
+    Drawn as normalised standard Gaussians; one ``torch.randn(num_vectors, dim)`` draw from
+    ``generator``.
+    """
+    gaussian = torch.randn(num_vectors, dim, generator=generator, dtype=torch.float32)
+    return gaussian / gaussian.norm(dim=1, keepdim=True).clamp(min=_EPS)
+
+
+def mean_pairwise_cosine(vectors: torch.Tensor) -> float:
+    """Mean cosine over the unordered pairs of rows of ``vectors [K, d]``, K >= 2.
+
+    The inter-cluster alignment of paper Fig. 5 (lower bound -1/(K-1), i.e. -0.5 for K = 3).
+    """
+    if vectors.shape[0] < 2:
+        raise ValueError(f"need at least 2 vectors, got {vectors.shape[0]}")
+    cosines = cosine_matrix(vectors, vectors)
+    upper = torch.triu_indices(vectors.shape[0], vectors.shape[0], offset=1)
+    return float(cosines[upper[0], upper[1]].mean())
+
+
+# --------------------------------------------------------------------------------------------
+# The bank: state + the update recipe
+# --------------------------------------------------------------------------------------------
+
+
+class SteeringVectorBank:
+    """K steering vectors estimated online from correct-vs-incorrect activation contrasts.
+
+    A non-parametric training state (SPEC §3.1, paper §3.2): it is checkpointed with the trainer
+    (``save``/``load`` or ``state_dict``/``load_state_dict``) and discarded for deployment. The
+    clean route ``v_0 = 0`` is not stored.
+
+    Life cycle in the trainer, once per generation step::
+
+        routes = balanced_uniform_routes(...)            # trl_explore.ase.routing
+        generate with steering  alpha * bank.vectors[route - 1]  on rows with route > 0
+        diagnostics = bank.update(readout_activations, problem_ids, rewards)   # -> pending bank
+        ... optimizer step(s) on the unsteered policy using these rollouts ...
+        bank.activate()               # pending -> active, before the next generation step
+
+    Active vs pending: ``update`` never touches the active bank (``vectors``); it writes the
+    *pending* bank, and ``activate`` promotes it (paper: "a newly estimated bank becomes active only
+    after actor optimization and weight synchronization"). The EMA and the matching of an update use
+    the bank's latest estimate: the pending bank if one is waiting, else the active one. Before the
+    first successful update ``vectors`` is ``None``: no steering (every route behaves as clean).
+
+    Vectors live on the CPU in float32; move them to the model's device and dtype for steering.
+    Activations must come from all rollouts of each problem (gather across ranks first), and every
+    rank must run the same updates (same inputs, same seed) or receive the bank from rank 0.
+
+    Controls (SPEC §3.6, one switch each, ``control=``):
+
+    * ``"none"``: the method.
+    * ``"random_directions"``: after clustering, each candidate is replaced by an independent random
+      direction with the candidate's L2 norm, then matched and EMA-updated as usual.
+    * ``"shuffled_labels"``: each pair's positive/negative labels are swapped with probability 1/2
+      (its difference negated) before PCA, K-means and the cluster means.
+    * ``"reversed"``: candidates are negated after clustering (cluster assignments unchanged).
+      Matching and EMA commute with negation, so the bank is exactly the negation of the
+      ``"none"`` bank for the same data and seed.
+    * ``"unstructured_random"``: no bank at all (``update`` estimates nothing, ``vectors`` stays
+      ``None``); the trainer instead steers every rollout with its own unit random vector from
+      ``random_rollout_vectors`` (paper App. D.2: no clustering, no EMA).
+
+    Randomness: one CPU ``torch.Generator`` seeded with ``seed`` and saved in the state. Per update
+    the draws happen in this order: pair capping (only for problems over the cap), label shuffling
+    (``shuffled_labels``), one integer ``random_state`` for PCA and K-means, random directions
+    (``random_directions``). ``"reversed"`` and ``"none"`` therefore draw identically.
+
+    Args:
+        hidden_size: d, width of the steered block's output.
+        num_vectors: K, number of steering routes (default 3, paper).
+        pca_dim: PCA dimension before K-means (default 64, paper App. D).
+        ema_beta: beta in ``v <- beta * v_old + (1 - beta) * v_new`` (default 0.5, paper), in [0, 1].
+        kmeans_n_init: K-means restarts (default 16). The paper used 512 for its inference-time
+            sweep. K-means time grows linearly with it: on 2048 pairs in 64 PCA dimensions (one CPU
+            thread) 16 restarts take ~0.1-0.2 s, 512 take ~1.3-5 s (clustered vs. unstructured data),
+            next to ~0.7-1.3 s for the PCA at d = 8192 (``benchmarks/bank_update.py``).
+        max_pairs_per_problem: cap on contrast pairs per problem, chosen uniformly at random without
+            replacement when it binds (``contrast_pairs``). ``None`` (default, paper) keeps all, at
+            most ``(N/2)^2`` = 16 per problem for N = 8.
+        control: one of ``CONTROLS`` (default ``"none"``).
+        seed: seed of the bank's generator (default 0).
+        num_threads: cap on scikit-learn's BLAS/OpenMP threads during PCA and K-means (default
+            ``None``: process settings). On an oversubscribed CPU, OpenMP K-means slows down by an
+            order of magnitude; 1 is then much faster (measured: 0.12 s vs 2.6 s).
+
+    Raises:
+        ValueError: any argument out of range or an unknown ``control``.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_vectors: int = 3,
+        *,
+        pca_dim: int = 64,
+        ema_beta: float = 0.5,
+        kmeans_n_init: int = 16,
+        max_pairs_per_problem: int | None = None,
+        control: str = "none",
+        seed: int = 0,
+        num_threads: int | None = None,
+    ):
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size must be >= 1, got {hidden_size}")
+        if num_vectors < 1:
+            raise ValueError(f"num_vectors must be >= 1, got {num_vectors}")
+        if pca_dim < 1:
+            raise ValueError(f"pca_dim must be >= 1, got {pca_dim}")
+        if not 0.0 <= ema_beta <= 1.0:
+            raise ValueError(f"ema_beta must be in [0, 1], got {ema_beta}")
+        if kmeans_n_init < 1:
+            raise ValueError(f"kmeans_n_init must be >= 1, got {kmeans_n_init}")
+        if max_pairs_per_problem is not None and max_pairs_per_problem < 1:
+            raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {max_pairs_per_problem}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        if control not in CONTROLS:
+            raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+        self.hidden_size = int(hidden_size)
+        self.num_vectors = int(num_vectors)
+        self.pca_dim = int(pca_dim)
+        self.ema_beta = float(ema_beta)
+        self.kmeans_n_init = int(kmeans_n_init)
+        self.max_pairs_per_problem = max_pairs_per_problem
+        self.control = control
+        self.seed = int(seed)
+        self.num_threads = num_threads
+
+        self._active: torch.Tensor | None = None
+        self._pending: torch.Tensor | None = None
+        self.num_updates = 0  # successful estimates (the first one included)
+        self.num_skipped_updates = 0  # updates that kept the bank (too few pairs / clusters)
+        self.num_activations = 0  # activate() calls that promoted a pending bank
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    # -- reading the bank ---------------------------------------------------------------------
+
+    @property
+    def vectors(self) -> torch.Tensor | None:
+        """Active bank ``Tensor[K, d]`` float32 (CPU), used for steering; ``None`` before any estimate."""
+        return self._active
+
+    @property
+    def pending_vectors(self) -> torch.Tensor | None:
+        """Estimated bank waiting for ``activate()``; ``None`` if there is none."""
+        return self._pending
+
+    def _latest(self) -> torch.Tensor | None:
+        return self._pending if self._pending is not None else self._active
+
+    # -- the update ---------------------------------------------------------------------------
+
+    def update(
+        self,
+        activations: torch.Tensor,
+        problem_ids: Sequence[Hashable],
+        rewards: torch.Tensor,
+    ) -> dict[str, float]:
+        """Estimate a new (pending) bank from one step's rollouts (paper §3.2, SPEC §3.4).
+
+        Args:
+            activations: ``Tensor[B, d]`` block-L readout activations, any float dtype (bf16/fp16
+                accepted; computed in float32) and device; must be finite.
+            problem_ids: ``B`` hashable ids, equal for rollouts of the same problem.
+            rewards: ``Tensor[B]`` (or a list) of verifier rewards; ``> 0.5`` is correct
+                (``CORRECT_THRESHOLD``).
+
+        Returns:
+            Diagnostics (paper Fig. 5), Python floats:
+
+            * ``num_pairs``: contrast pairs used (after capping); always present.
+            * ``skipped``: 1.0 if the bank was kept (fewer than K pairs, or fewer than K non-empty
+              clusters), else 0.0; always present except for ``"unstructured_random"``.
+            * ``cluster_share/k`` for k < K: fraction of pairs in the cluster that feeds bank slot k.
+            * ``temporal_alignment``: mean cosine between the (matched) new candidates and the
+              previous vectors; absent for the first estimate.
+            * ``inter_cluster_alignment``: mean pairwise cosine of the updated bank (K >= 2).
+            * ``mean_vector_norm``: mean L2 norm of the updated bank's vectors.
+
+        Raises:
+            ValueError: ``activations`` not ``[B, hidden_size]``, not floating point or not finite;
+                ``rewards`` / ``problem_ids`` length mismatch or non-finite rewards.
+        """
+        activations = self._check_activations(activations)
+        rewards = torch.as_tensor(rewards)
+        if rewards.shape != (activations.shape[0],):
+            raise ValueError(
+                f"rewards must have shape ({activations.shape[0]},) to match activations, "
+                f"got {tuple(rewards.shape)}"
+            )
+        pairs = contrast_pairs(
+            problem_ids,
+            rewards,
+            max_pairs_per_problem=self.max_pairs_per_problem,
+            generator=self._generator,
+        )
+        diagnostics: dict[str, float] = {"num_pairs": float(len(pairs))}
+        if self.control == "unstructured_random":
+            return diagnostics
+        if len(pairs) < self.num_vectors:
+            return self._skip(diagnostics)
+
+        differences = pair_differences(activations, pairs)
+        if self.control == "shuffled_labels":
+            differences, _ = shuffle_pair_labels(differences, self._generator)
+        cluster_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self._generator))
+        candidates, labels = cluster_candidates(
+            differences,
+            self.num_vectors,
+            pca_dim=self.pca_dim,
+            kmeans_n_init=self.kmeans_n_init,
+            seed=cluster_seed,
+            num_threads=self.num_threads,
+        )
+        counts = torch.bincount(labels, minlength=self.num_vectors)
+        if (counts == 0).any():
+            return self._skip(diagnostics)
+        if self.control == "random_directions":
+            candidates = random_directions_like(candidates, self._generator)
+        elif self.control == "reversed":
+            candidates = -candidates
+
+        shares = counts.to(torch.float64) / len(pairs)
+        previous = self._latest()
+        if previous is None:
+            new_bank = candidates
+        else:
+            perm = match_to_previous(previous, candidates)
+            candidates, shares = candidates[perm], shares[perm]
+            new_bank = ema_update(previous, candidates, self.ema_beta)
+            diagnostics["temporal_alignment"] = float(
+                torch.nn.functional.cosine_similarity(candidates, previous, dim=1, eps=_EPS).mean()
+            )
+        self._pending = new_bank.contiguous()
+        self.num_updates += 1
+
+        diagnostics["skipped"] = 0.0
+        for k, share in enumerate(shares.tolist()):
+            diagnostics[f"cluster_share/{k}"] = share
+        if self.num_vectors >= 2:
+            diagnostics["inter_cluster_alignment"] = mean_pairwise_cosine(new_bank)
+        diagnostics["mean_vector_norm"] = float(new_bank.norm(dim=1).mean())
+        return diagnostics
+
+    def _skip(self, diagnostics: dict[str, float]) -> dict[str, float]:
+        self.num_skipped_updates += 1
+        diagnostics["skipped"] = 1.0
+        return diagnostics
+
+    def _check_activations(self, activations: torch.Tensor) -> torch.Tensor:
+        if not isinstance(activations, torch.Tensor):
+            raise ValueError(f"activations must be a torch.Tensor, got {type(activations).__name__}")
+        if activations.dim() != 2 or activations.shape[1] != self.hidden_size:
+            raise ValueError(
+                f"activations must have shape [B, hidden_size={self.hidden_size}], "
+                f"got {tuple(activations.shape)}"
+            )
+        if not activations.is_floating_point():
+            raise ValueError(f"activations must be floating point, got {activations.dtype}")
+        activations = activations.detach().to(device="cpu", dtype=torch.float32)
+        if not torch.isfinite(activations).all():
+            bad_rows = (~torch.isfinite(activations)).any(dim=1).nonzero().flatten().tolist()
+            raise ValueError(f"activations contains NaN or inf in rows {bad_rows[:10]}")
+        return activations
+
+    def activate(self) -> bool:
+        """Promote the pending bank to active; call after the optimizer step.
+
+        Returns:
+            ``True`` if a pending bank was promoted, ``False`` if there was none (the active bank is
+            then unchanged, e.g. after a skipped update).
+        """
+        if self._pending is None:
+            return False
+        self._active = self._pending
+        self._pending = None
+        self.num_activations += 1
+        return True
+
+    # -- unstructured random control ------------------------------------------------------------
+
+    def random_rollout_vectors(
+        self, num_rollouts: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Unstructured-random control (paper App. D.2): one unit random vector per rollout.
+
+        The trainer calls this once per generation step instead of reading ``vectors`` and adds
+        ``alpha * u_i`` to the block output of rollout i, for every rollout (no clean route, no
+        clustering, no EMA; the vectors depend on neither activations nor rewards). Available for
+        any ``control``, but meant for ``"unstructured_random"``.
+
+        Args:
+            num_rollouts: number of rows N (>= 0).
+            generator: CPU ``torch.Generator``; default: the bank's own (saved in the state).
+
+        Returns:
+            ``Tensor[num_rollouts, hidden_size]`` float32 unit vectors.
+        """
+        if num_rollouts < 0:
+            raise ValueError(f"num_rollouts must be >= 0, got {num_rollouts}")
+        if generator is None:
+            generator = self._generator
+        return random_unit_vectors(num_rollouts, self.hidden_size, generator)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def config(self) -> dict:
+        """Constructor arguments, JSON-serialisable."""
+        return {
+            "hidden_size": self.hidden_size,
+            "num_vectors": self.num_vectors,
+            "pca_dim": self.pca_dim,
+            "ema_beta": self.ema_beta,
+            "kmeans_n_init": self.kmeans_n_init,
+            "max_pairs_per_problem": self.max_pairs_per_problem,
+            "control": self.control,
+            "seed": self.seed,
+            "num_threads": self.num_threads,
+        }
+
+    def state_dict(self) -> dict:
+        """Full state: ``active``/``pending`` (``Tensor[K, d]`` or ``None``), counters,
+        ``generator_state`` (``ByteTensor``) and ``config``. Tensors are copies."""
+        return {
+            "active": None if self._active is None else self._active.clone(),
+            "pending": None if self._pending is None else self._pending.clone(),
+            "num_updates": self.num_updates,
+            "num_skipped_updates": self.num_skipped_updates,
+            "num_activations": self.num_activations,
+            "generator_state": self._generator.get_state(),
+            "config": self.config(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()`` output exactly (vectors, counters, generator).
+
+        The other knobs (beta, ``pca_dim``, control, ...) stay this bank's own, so a run can resume
+        with changed knobs; only K and d must agree.
+
+        Raises:
+            ValueError: ``num_vectors``/``hidden_size`` differ, or a vector has the wrong shape.
+        """
+        saved = state["config"]
+        for key in ("num_vectors", "hidden_size"):
+            if saved[key] != getattr(self, key):
+                raise ValueError(f"state has {key}={saved[key]} but this bank has {getattr(self, key)}")
+        expected = (self.num_vectors, self.hidden_size)
+        for key in ("active", "pending"):
+            if state[key] is not None and tuple(state[key].shape) != expected:
+                raise ValueError(f"state[{key!r}] has shape {tuple(state[key].shape)}, expected {expected}")
+        self._active = None if state["active"] is None else state["active"].to(torch.float32).clone()
+        self._pending = None if state["pending"] is None else state["pending"].to(torch.float32).clone()
+        self.num_updates = int(state["num_updates"])
+        self.num_skipped_updates = int(state["num_skipped_updates"])
+        self.num_activations = int(state["num_activations"])
+        self._generator.set_state(state["generator_state"].clone())
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write the state to ``directory`` (created if needed), without pickle.
+
+        ``steering_bank.safetensors`` holds the tensors (``active``, ``pending`` when present,
+        ``generator_state``); ``steering_bank.json`` holds the config and the counters.
+        """
+        os.makedirs(directory, exist_ok=True)
+        state = self.state_dict()
+        tensors = {"generator_state": state["generator_state"]}
+        for key in ("active", "pending"):
+            if state[key] is not None:
+                tensors[key] = state[key].contiguous()
+        save_file(tensors, os.path.join(directory, BANK_TENSORS_FILE))
+        metadata = {key: state[key] for key in ("num_updates", "num_skipped_updates", "num_activations")}
+        metadata["config"] = state["config"]
+        with open(os.path.join(directory, BANK_METADATA_FILE), "w") as f:
+            json.dump(metadata, f, indent=2)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> SteeringVectorBank:
+        """Build a bank from ``save(directory)`` output (its saved config and state).
+
+        Raises:
+            FileNotFoundError: a file is missing.
+        """
+        with open(os.path.join(directory, BANK_METADATA_FILE)) as f:
+            metadata = json.load(f)
+        tensors = load_file(os.path.join(directory, BANK_TENSORS_FILE))
+        bank = cls(**metadata["config"])
+        bank.load_state_dict(
+            {
+                "active": tensors.get("active"),
+                "pending": tensors.get("pending"),
+                "generator_state": tensors["generator_state"],
+                **metadata,
+            }
+        )
+        return bank
+
+    def __repr__(self) -> str:
+        return (
+            f"SteeringVectorBank(K={self.num_vectors}, d={self.hidden_size}, control={self.control!r}, "
+            f"active={self._active is not None}, pending={self._pending is not None}, "
+            f"updates={self.num_updates}, skipped={self.num_skipped_updates})"
+        )

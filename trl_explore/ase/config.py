@@ -1,0 +1,129 @@
+"""Configuration of :class:`~trl_explore.ASEGRPOTrainer`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+# Kept in sync with ``trl_explore.ase.bank.CONTROLS`` (not imported: the bank pulls in scikit-learn).
+BANK_CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
+
+
+@dataclass
+class ASEConfig(GRPOConfig):
+    r"""
+    Configuration for [`ASEGRPOTrainer`]: GRPO whose rollouts are diversified by activation-space steering
+    ("Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards", §3 and
+    App. B/D).
+
+    What changes with respect to [`~trl.GRPOConfig`]: the `num_generations` rollouts of each prompt are split
+    evenly over a clean route and `num_vectors` steering routes; route `s` adds `steering_alpha * v_s` to the
+    output of decoder block `steering_layer` while it generates. The bank `{v_1..v_K}` is re-estimated after
+    every generation from the contrast between correct and incorrect rollouts of the same problem (block
+    readouts at `readout_fraction` of each response, PCA + K-means, EMA), and the new bank is used only after
+    the next optimizer step. The unsteered policy is trained; steered tokens carry the truncated importance
+    weight `min(pi_unsteered / pi_steered, is_cap)`. Evaluation never steers. Defaults follow the paper:
+    K = 3, alpha = 0.5, beta = 0.5, f = 0.25, block 0, c_IS = 2.0, PCA dimension 64, no KL (`beta=0`) and no
+    entropy bonus (`entropy_coef=0`) ("we use neither KL loss nor entropy regularization").
+
+    Parameters:
+        num_vectors (`int`, defaults to `3`):
+            K, the number of steering routes (bank size); with the clean route there are K + 1 routes, so
+            `num_generations` must be at least K + 1. `num_generations = q * (K + 1) + r` gives every route
+            `q` rollouts of each prompt and `r` randomly drawn routes one more (balanced-uniform allocation).
+        steering_alpha (`float`, defaults to `0.5`):
+            alpha, the steering strength (paper sweep 0.1-0.6).
+        bank_ema_beta (`float`, defaults to `0.5`):
+            beta of the bank update `v <- beta * v_old + (1 - beta) * v_new`, in [0, 1].
+        steering_layer (`int`, defaults to `0`):
+            Decoder block whose output is steered and read (paper: block 0).
+        readout_fraction (`float`, defaults to `0.25`):
+            f, the response-relative readout position `floor(f * len(response))`, in [0, 1].
+        pca_dim (`int`, defaults to `64`):
+            PCA dimension of the contrast vectors before K-means.
+        kmeans_n_init (`int`, defaults to `16`):
+            K-means restarts per bank update (the paper used 512 for its inference-time sweep; cost is linear).
+        max_pairs_per_problem (`int` or `None`, defaults to `None`):
+            Cap on the (correct, incorrect) pairs of one problem, drawn at random when it binds; `None` keeps
+            all (at most `(N/2)^2` per problem).
+        bank_control (`str`, defaults to `"none"`):
+            The method (`"none"`) or a control of the paper's Table 4 / App. D.2: `"random_directions"`,
+            `"shuffled_labels"`, `"reversed"`, `"unstructured_random"` (one unit random vector per rollout,
+            every rollout steered, no bank).
+        is_cap (`float`, defaults to `2.0`):
+            c of the token-level truncated importance weight `min(pi_unsteered / pi_steered, c)` (verl's TIS).
+        steer_prompt (`bool`, defaults to `True`):
+            Add the offset at every position, prompt prefill included (the prompt's KV cache is steered and
+            the first completion token already comes from the steered policy). `False` steers completion
+            positions only.
+        problem_id_column (`str`, defaults to `"problem_id"`):
+            Dataset column identifying a problem; rollouts are paired within a problem. When absent, a stable
+            hash of the prompt is used.
+        correctness_reward_index (`int`, defaults to `0`):
+            Index in `reward_funcs` of the verifier reward `R_m` in {0, 1} that labels rollouts correct
+            (`> 0.5`) or incorrect for the bank.
+    """
+
+    num_vectors: int = field(default=3, metadata={"help": "K, number of steering routes (bank size)."})
+    steering_alpha: float = field(default=0.5, metadata={"help": "alpha, steering strength (paper: 0.5)."})
+    bank_ema_beta: float = field(default=0.5, metadata={"help": "beta of the bank EMA update, in [0, 1]."})
+    steering_layer: int = field(default=0, metadata={"help": "Decoder block steered and read (paper: 0)."})
+    readout_fraction: float = field(
+        default=0.25, metadata={"help": "f, response-relative readout position, in [0, 1] (paper: 0.25)."}
+    )
+    pca_dim: int = field(default=64, metadata={"help": "PCA dimension before K-means (paper: 64)."})
+    kmeans_n_init: int = field(default=16, metadata={"help": "K-means restarts per bank update."})
+    max_pairs_per_problem: int | None = field(
+        default=None, metadata={"help": "Cap on contrast pairs per problem (default: all)."}
+    )
+    bank_control: str = field(
+        default="none",
+        metadata={"help": "The method ('none') or a control of the bank.", "choices": list(BANK_CONTROLS)},
+    )
+    is_cap: float = field(default=2.0, metadata={"help": "Cap c of the truncated importance weight (paper: 2.0)."})
+    steer_prompt: bool = field(
+        default=True, metadata={"help": "Steer the prompt prefill too (True) or completion positions only."}
+    )
+    problem_id_column: str = field(
+        default="problem_id", metadata={"help": "Column identifying a problem (default: hash of the prompt)."}
+    )
+    correctness_reward_index: int = field(
+        default=0, metadata={"help": "Index of the verifier reward R_m in reward_funcs."}
+    )
+
+    # Paper defaults that GRPOConfig already has, restated because the method relies on them (App. B).
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient (ASE paper: no KL loss)."})
+    entropy_coef: float = field(default=0.0, metadata={"help": "Entropy bonus (ASE paper: none)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bank_control not in BANK_CONTROLS:
+            raise ValueError(f"bank_control must be one of {BANK_CONTROLS}, got {self.bank_control!r}")
+        if self.num_vectors < 1:
+            raise ValueError(f"num_vectors must be >= 1, got {self.num_vectors}")
+        if self.bank_control != "unstructured_random" and self.num_generations < self.num_vectors + 1:
+            raise ValueError(
+                f"num_generations ({self.num_generations}) must be at least num_vectors + 1 ({self.num_vectors + 1}) "
+                f"so that every prompt has a rollout on the clean route and on each of the {self.num_vectors} "
+                f"steering routes; the paper uses num_generations=8 with num_vectors=3 (2 rollouts per route)"
+            )
+        if not math.isfinite(self.steering_alpha):
+            raise ValueError(f"steering_alpha must be finite, got {self.steering_alpha}")
+        if not 0.0 <= self.bank_ema_beta <= 1.0:
+            raise ValueError(f"bank_ema_beta must be in [0, 1], got {self.bank_ema_beta}")
+        if self.steering_layer < 0:
+            raise ValueError(f"steering_layer must be >= 0, got {self.steering_layer}")
+        if not 0.0 <= self.readout_fraction <= 1.0:
+            raise ValueError(f"readout_fraction must be in [0, 1], got {self.readout_fraction}")
+        if self.pca_dim < 1:
+            raise ValueError(f"pca_dim must be >= 1, got {self.pca_dim}")
+        if self.kmeans_n_init < 1:
+            raise ValueError(f"kmeans_n_init must be >= 1, got {self.kmeans_n_init}")
+        if self.max_pairs_per_problem is not None and self.max_pairs_per_problem < 1:
+            raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {self.max_pairs_per_problem}")
+        if not (math.isfinite(self.is_cap) and self.is_cap > 0):
+            raise ValueError(f"is_cap must be a finite number > 0, got {self.is_cap}")
+        if self.correctness_reward_index < 0:
+            raise ValueError(f"correctness_reward_index must be >= 0, got {self.correctness_reward_index}")

@@ -1,0 +1,154 @@
+"""Route allocation and route-level diagnostics for ASE-GRPO.
+
+Source: ASE paper §3.1 (routes, balanced-uniform allocation, clean route) and Fig. 4
+(pairwise answer disagreement); SPEC §3.2, §3.8.
+
+Routes are integers: 0 is the clean route (no steering), ``s in 1..K`` adds ``alpha * v_s`` (bank
+row ``s - 1``). Layout follows TRL: the ``num_generations`` rollouts of a prompt are consecutive
+rows, prompts one after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def balanced_uniform_routes(
+    num_prompts: int,
+    num_generations: int,
+    num_routes: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Split each prompt's rollouts evenly over the clean route and the K steering routes.
+
+    Paper §3.1 (balanced-uniform allocation): with N = 8 rollouts and K = 3 routes each of the
+    K + 1 routes (clean included) gets 2 rollouts, ``[0, 0, 1, 1, 2, 2, 3, 3]`` per prompt.
+
+    Remainder: with ``N = q * (K + 1) + r``, every route gets ``q`` rollouts and ``r`` routes get one
+    more. Without ``generator`` the extras go to routes ``0, 1, ..., r - 1`` (the clean route first,
+    the conservative choice: more unsteered rollouts). With ``generator`` the ``r`` routes that get
+    an extra are drawn uniformly per prompt, so no steering route is favoured over training. If
+    ``N < K + 1`` some routes get no rollout for a prompt (``q = 0``). Inside a prompt the rows are
+    sorted by route (contiguous blocks), which is harmless for GRPO (group statistics do not depend
+    on order).
+
+    Under data parallelism, compute the routes of the global generation batch and slice the local
+    rows out, so that each prompt's split stays balanced.
+
+    Args:
+        num_prompts: number of prompts P (>= 0).
+        num_generations: rollouts per prompt N (>= 1).
+        num_routes: number of steering routes K (>= 0); routes take values ``0..K``.
+        generator: optional CPU ``torch.Generator`` for the per-prompt remainder draw (one
+            ``torch.randperm(K + 1)`` per prompt, only when ``r > 0``).
+
+    Returns:
+        ``LongTensor[num_prompts * num_generations]`` of routes in ``0..num_routes``.
+
+    Raises:
+        ValueError: an argument out of range.
+    """
+    if num_prompts < 0:
+        raise ValueError(f"num_prompts must be >= 0, got {num_prompts}")
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    if num_routes < 0:
+        raise ValueError(f"num_routes must be >= 0, got {num_routes}")
+    total_routes = num_routes + 1
+    base, remainder = divmod(num_generations, total_routes)
+
+    def group_routes(extra_routes: torch.Tensor) -> torch.Tensor:
+        counts = torch.full((total_routes,), base, dtype=torch.long)
+        counts[extra_routes] += 1
+        return torch.repeat_interleave(torch.arange(total_routes), counts)
+
+    if remainder == 0 or generator is None:
+        one_group = group_routes(torch.arange(remainder))
+        return one_group.repeat(num_prompts)
+    groups = [
+        group_routes(torch.randperm(total_routes, generator=generator)[:remainder])
+        for _ in range(num_prompts)
+    ]
+    if not groups:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat(groups)
+
+
+def per_route_accuracy(
+    rewards: torch.Tensor,
+    routes: torch.Tensor,
+    num_routes: int,
+    threshold: float = 0.5,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fraction of correct rollouts on each route (SPEC §3.8 diagnostics).
+
+    Args:
+        rewards: ``Tensor[B]`` verifier rewards; ``reward > threshold`` counts as correct.
+        routes: ``LongTensor[B]`` of routes in ``0..num_routes`` (0 = clean).
+        num_routes: K, the number of steering routes.
+        threshold: correctness threshold (default 0.5, the bank's ``CORRECT_THRESHOLD``; kept as a
+            literal so that this module does not import scikit-learn).
+
+    Returns:
+        ``(accuracy Tensor[K + 1] float32, counts LongTensor[K + 1])``. A route without rows has
+        ``counts[s] == 0`` and ``accuracy[s] == 0.0`` (a placeholder, not a measurement: do not log
+        it). No NaN is ever returned.
+
+    Raises:
+        ValueError: shapes differ or are not 1-D, non-finite rewards, or a route outside ``0..K``.
+    """
+    if rewards.dim() != 1 or routes.shape != rewards.shape:
+        raise ValueError(
+            f"rewards and routes must both be 1-D of the same length, got {tuple(rewards.shape)} "
+            f"and {tuple(routes.shape)}"
+        )
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contains NaN or inf")
+    routes = routes.to(device=rewards.device, dtype=torch.long)
+    if len(routes) and (routes.min() < 0 or routes.max() > num_routes):
+        raise ValueError(f"routes must lie in 0..num_routes={num_routes}, got values {routes.unique().tolist()}")
+    correct = (rewards > threshold).to(torch.float32)
+    counts = torch.bincount(routes, minlength=num_routes + 1)
+    num_correct = torch.zeros(num_routes + 1, dtype=torch.float32, device=rewards.device)
+    num_correct.index_add_(0, routes, correct)
+    accuracy = num_correct / counts.clamp(min=1).to(torch.float32)
+    return accuracy, counts
+
+
+def pairwise_answer_disagreement(
+    answers: Sequence[str | None], num_generations: int
+) -> float | None:
+    """Fraction of same-prompt answer pairs that differ (paper Fig. 4, "pairwise disagreement").
+
+    For each prompt (``num_generations`` consecutive entries) every unordered pair ``i < j`` of
+    completions is compared; answers are compared as exact strings, so normalise them first (e.g.
+    the extracted ``\\boxed{}`` content). A pair in which either answer is ``None`` (no answer could
+    be extracted) is left out: a missing answer says nothing about agreement, and counting it as a
+    disagreement would mix truncation into the exploration measure. The result pools all counted
+    pairs of all prompts (equal to the mean over prompts when no answer is ``None``).
+
+    Args:
+        answers: ``P * N`` extracted answers (or ``None``), prompt-major.
+        num_generations: N (>= 1).
+
+    Returns:
+        Disagreeing pairs / counted pairs, in [0, 1]; ``None`` if no pair could be counted
+        (N = 1, or too many ``None``).
+
+    Raises:
+        ValueError: ``num_generations < 1`` or ``len(answers)`` not a multiple of it.
+    """
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    if len(answers) % num_generations != 0:
+        raise ValueError(f"len(answers)={len(answers)} is not a multiple of num_generations={num_generations}")
+    counted = differing = 0
+    for start in range(0, len(answers), num_generations):
+        group = [a for a in answers[start : start + num_generations] if a is not None]
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                counted += 1
+                differing += group[i] != group[j]
+    return differing / counted if counted else None

@@ -1,0 +1,43 @@
+"""Multi-teacher offline data sets for OGER (§3.1, App. A.1): sources, filters, statistics, builder.
+
+Typical use::
+
+    from trl_explore.data import build_offline_dataset, champ_records
+
+    dataset, report = build_offline_dataset(champ_records(), max_length=8192, system_prompt="oger")
+    print(report.markdown())          # Table 4 per teacher
+    report.save("out/")               # offline_stats.md / .json, offline_lengths.png (Figure 4)
+
+or, with no arguments at all, ``load_default_offline_dataset()`` (CHAMP, cached on disk).
+"""
+
+from trl_explore.data.builder import (
+    OFFLINE_COLUMNS,
+    OfflineDatasetBuilder,
+    build_offline_dataset,
+    load_default_offline_dataset,
+    save_offline_dataset,
+)
+from trl_explore.data.generation import generated_records
+from trl_explore.data.prompts import PROMPT_PRESETS, PromptPreset, build_prompt, get_prompt_preset
+from trl_explore.data.sources import ProblemRecord, champ_records, luffy_records, teacher_column_records
+from trl_explore.data.stats import BuildReport, TeacherStats
+
+__all__ = [
+    "OFFLINE_COLUMNS",
+    "PROMPT_PRESETS",
+    "BuildReport",
+    "OfflineDatasetBuilder",
+    "ProblemRecord",
+    "PromptPreset",
+    "TeacherStats",
+    "build_offline_dataset",
+    "build_prompt",
+    "champ_records",
+    "generated_records",
+    "get_prompt_preset",
+    "load_default_offline_dataset",
+    "luffy_records",
+    "save_offline_dataset",
+    "teacher_column_records",
+]

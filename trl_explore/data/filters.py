@@ -1,0 +1,89 @@
+"""Filters of OGER §3.1 / App. A.1: exact duplicates, length under the policy tokenizer, correctness.
+
+Correctness uses the project's math reward (:mod:`trl_explore.rewards.math_verify_reward`, built on
+Math-Verify, as in the paper); length is counted in tokens of the POLICY's tokenizer, text only
+(``add_special_tokens=False``; the EOS the trainer appends is not counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+
+def duplicate_flags(completions: Sequence[tuple[str, str]]) -> list[bool]:
+    """Flag exact repeats of a ``(teacher, text)`` pair; the first occurrence is not a repeat.
+
+    The same text from two different teachers is not a repeat (two distinct trajectories).
+
+    Returns:
+        ``list[bool]`` aligned with ``completions``: ``True`` for a repeat.
+    """
+    seen: set[tuple[str, str]] = set()
+    flags = []
+    for pair in completions:
+        flags.append(pair in seen)
+        seen.add(pair)
+    return flags
+
+
+def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024) -> list[int]:
+    """Length of each text in tokens of ``tokenizer``, without special tokens.
+
+    Args:
+        texts: completions.
+        tokenizer: a Hugging Face tokenizer (the policy's).
+        batch_size: texts per tokenizer call.
+
+    Returns:
+        ``list[int]``, one length per text.
+    """
+    lengths: list[int] = []
+    for start in range(0, len(texts), batch_size):
+        batch = list(texts[start : start + batch_size])
+        lengths.extend(len(ids) for ids in tokenizer(batch, add_special_tokens=False)["input_ids"])
+    return lengths
+
+
+def gold_is_parseable(gold: str) -> bool:
+    """Whether the project's math verifier parses ``gold`` whole (else ``parse_gold`` raises ``GoldAnswerError``)."""
+    from trl_explore.rewards.math_verify_reward import GoldAnswerError, parse_gold
+
+    try:
+        parse_gold(gold)
+    except GoldAnswerError:
+        return False
+    return True
+
+
+def _verify_pair(pair: tuple[str, str]) -> bool:
+    from trl_explore.rewards.math_verify_reward import verify_answer
+
+    return bool(verify_answer(*pair))
+
+
+def judge_completions(
+    pairs: Sequence[tuple[str, str]], num_proc: int = 1, show_progress: bool = True, desc: str = "Verifying"
+) -> list[bool]:
+    """Correctness of each ``(completion, gold)`` pair with ``verify_answer`` (Math-Verify).
+
+    Args:
+        pairs: completions and their gold answers; every gold must be parseable
+            (check with :func:`gold_is_parseable` first).
+        num_proc: worker processes (``1``: in this process). Math-Verify costs about 10 ms per pair.
+        show_progress: show a tqdm bar.
+
+    Returns:
+        ``list[bool]`` in the order of ``pairs``.
+
+    Raises:
+        GoldAnswerError: a gold answer is unparseable.
+    """
+    bar = dict(total=len(pairs), desc=desc, disable=not show_progress, unit="completion")
+    if num_proc <= 1:
+        return [_verify_pair(p) for p in tqdm(pairs, **bar)]
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(num_proc) as pool:
+        return list(tqdm(pool.imap(_verify_pair, pairs, chunksize=32), **bar))

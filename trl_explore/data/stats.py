@@ -1,0 +1,238 @@
+"""Per-teacher statistics of an offline data set: OGER Table 4 and Figure 4 (App. A.1).
+
+Counting rules, per teacher (all lengths in policy tokens):
+
+* ``truncated``: dropped by the source (cut by the teacher's own length limit).
+* ``duplicates``: exact repeats of a completion of the same teacher for the same problem.
+* ``unjudged``: completions of problems whose gold answer the verifier cannot parse.
+* ``judged``: every other completion; ``correct`` of them verify against the gold answer.
+* ``too_long``: judged completions longer than ``max_length`` (correct or not).
+* ``valid``: correct AND not too long: the completions that enter the data set (Table 4's
+  "Valid Samples"); ``mean_length`` is their mean length.
+* ``accuracy``: ``100 * correct / judged`` (Table 4's "Accuracy (%)", before the length filter).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class CompletionVerdict:
+    """What the filters decided for one completion.
+
+    Attributes:
+        problem_id, teacher: where it comes from.
+        n_tokens: length in policy tokens.
+        correct: Math-Verify verdict; ``None`` when not judged (duplicate or unparseable gold).
+        duplicate: an exact repeat (same problem, teacher, text).
+    """
+
+    problem_id: str
+    teacher: str
+    n_tokens: int
+    correct: bool | None
+    duplicate: bool = False
+
+    def is_valid(self, max_length: int) -> bool:
+        """Kept in the data set: correct and at most ``max_length`` tokens."""
+        return bool(self.correct) and not self.duplicate and self.n_tokens <= max_length
+
+
+@dataclass(frozen=True)
+class TeacherStats:
+    """One row of Table 4 plus the counts that explain it (see the module docstring)."""
+
+    teacher: str
+    valid: int
+    mean_length: float | None
+    accuracy: float | None
+    judged: int
+    correct: int
+    too_long: int
+    duplicates: int
+    truncated: int
+    unjudged: int
+
+
+def teacher_stats(
+    verdicts: Sequence[CompletionVerdict], max_length: int, truncated: Mapping[str, int] | None = None
+) -> list[TeacherStats]:
+    """Table 4 rows, one per teacher (sorted by name), from the per-completion verdicts.
+
+    Args:
+        verdicts: one per completion received from the sources.
+        max_length: the length filter, in tokens.
+        truncated: per teacher, completions the sources dropped as truncated.
+
+    Returns:
+        ``list[TeacherStats]``; ``mean_length``/``accuracy`` are ``None`` when nothing to average.
+    """
+    truncated = dict(truncated or {})
+    teachers = sorted({v.teacher for v in verdicts} | set(truncated))
+    rows = []
+    for teacher in teachers:
+        mine = [v for v in verdicts if v.teacher == teacher]
+        judged = [v for v in mine if v.correct is not None]
+        valid_lengths = [v.n_tokens for v in mine if v.is_valid(max_length)]
+        correct = sum(1 for v in judged if v.correct)
+        rows.append(
+            TeacherStats(
+                teacher=teacher,
+                valid=len(valid_lengths),
+                mean_length=sum(valid_lengths) / len(valid_lengths) if valid_lengths else None,
+                accuracy=100.0 * correct / len(judged) if judged else None,
+                judged=len(judged),
+                correct=correct,
+                too_long=sum(1 for v in judged if v.n_tokens > max_length),
+                duplicates=sum(1 for v in mine if v.duplicate),
+                truncated=truncated.get(teacher, 0),
+                unjudged=sum(1 for v in mine if v.correct is None and not v.duplicate),
+            )
+        )
+    return rows
+
+
+def total_stats(rows: Sequence[TeacherStats]) -> TeacherStats:
+    """The ``"All"`` row: counts summed; mean length and accuracy re-weighted by ``valid``/``judged``."""
+    valid = sum(r.valid for r in rows)
+    judged = sum(r.judged for r in rows)
+    correct = sum(r.correct for r in rows)
+    length_sum = sum(r.mean_length * r.valid for r in rows if r.valid)
+    return TeacherStats(
+        teacher="All",
+        valid=valid,
+        mean_length=length_sum / valid if valid else None,
+        accuracy=100.0 * correct / judged if judged else None,
+        judged=judged,
+        correct=correct,
+        too_long=sum(r.too_long for r in rows),
+        duplicates=sum(r.duplicates for r in rows),
+        truncated=sum(r.truncated for r in rows),
+        unjudged=sum(r.unjudged for r in rows),
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}"
+
+
+def stats_markdown(rows: Sequence[TeacherStats]) -> str:
+    """Markdown table: Table 4's three columns, then the explaining counts, then an ``All`` row."""
+    names = ["Teacher", "Valid Samples", "Avg. Length", "Accuracy (%)", "Judged", "Correct", "Too long"]
+    names += ["Duplicates", "Truncated", "Unjudged"]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for r in [*rows, total_stats(rows)] if rows else []:
+        cells = [r.teacher, f"{r.valid:,}", _fmt(r.mean_length), _fmt(r.accuracy), f"{r.judged:,}", f"{r.correct:,}"]
+        cells += [f"{r.too_long:,}", f"{r.duplicates:,}", f"{r.truncated:,}", f"{r.unjudged:,}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def correct_lengths_by_teacher(verdicts: Sequence[CompletionVerdict]) -> dict[str, list[int]]:
+    """Lengths (tokens) of the correct, non-duplicate completions of each teacher: Figure 4's data."""
+    out: dict[str, list[int]] = {}
+    for v in verdicts:
+        if v.correct and not v.duplicate:
+            out.setdefault(v.teacher, []).append(v.n_tokens)
+    return dict(sorted(out.items()))
+
+
+def plot_length_distribution(
+    lengths: Mapping[str, Sequence[int]], max_length: int, path: str | pathlib.Path, bins: int = 40
+) -> pathlib.Path:
+    """Figure 4: histogram of trajectory lengths per teacher, with the ``max_length`` cut marked.
+
+    Args:
+        lengths: ``{teacher: lengths in tokens}`` (e.g. from :func:`correct_lengths_by_teacher`).
+        max_length: drawn as a dashed vertical line.
+        path: output PNG.
+        bins: number of bins shared by all teachers.
+
+    Returns:
+        ``pathlib.Path`` of the written PNG (Agg backend: no display needed).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = pathlib.Path(path)
+    everything = [n for values in lengths.values() for n in values] + [max_length]
+    edges = [max(everything) * i / bins for i in range(bins + 1)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for teacher, values in lengths.items():
+        ax.hist(values, bins=edges, histtype="step", linewidth=1.5, label=f"{teacher} (n={len(values)})")
+    ax.axvline(max_length, color="black", linestyle="--", label=f"max_length = {max_length}")
+    ax.set_title("Length distribution of correct teacher trajectories")
+    ax.set_xlabel("Length (policy tokens)")
+    ax.set_ylabel("Trajectories")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class BuildReport:
+    """Everything the builder counted: Table 4 rows, problem counts, split sizes, timing.
+
+    Attributes:
+        teachers: Table 4 rows (:func:`teacher_stats`).
+        max_length: the length filter, tokens.
+        problems: distinct problems received.
+        unparseable_gold: ids of problems whose gold answer the verifier cannot parse (left out of
+            both splits: they cannot be scored).
+        without_valid: problems kept with empty offline lists (no valid completion; OGER then keeps
+            all N online completions for them).
+        train_problems, test_problems: split sizes.
+        seconds: wall time of the build.
+        lengths: Figure 4's data (:func:`correct_lengths_by_teacher`).
+    """
+
+    teachers: list[TeacherStats]
+    max_length: int
+    problems: int
+    unparseable_gold: list[str]
+    without_valid: int
+    train_problems: int
+    test_problems: int
+    seconds: float = 0.0
+    lengths: dict[str, list[int]] = field(default_factory=dict, repr=False)
+
+    def markdown(self) -> str:
+        """The per-teacher table and a summary line, in markdown."""
+        summary = (
+            f"Problems: {self.problems} received, {len(self.unparseable_gold)} with an unparseable gold answer "
+            f"(left out), {self.train_problems} train / {self.test_problems} test, {self.without_valid} without a "
+            f"valid offline completion (kept, empty lists). Length filter: <= {self.max_length} policy tokens. "
+            f"Built in {self.seconds:.1f} s."
+        )
+        return stats_markdown(self.teachers) + "\n\n" + summary + "\n"
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (``lengths`` left out; the ``All`` row added as ``total``)."""
+        out = asdict(self)
+        out.pop("lengths")
+        out["total"] = asdict(total_stats(self.teachers)) if self.teachers else None
+        return out
+
+    def save(self, out_dir: str | pathlib.Path, plot: bool = True) -> dict[str, pathlib.Path]:
+        """Write ``offline_stats.md``, ``offline_stats.json`` and (if ``plot``) ``offline_lengths.png``.
+
+        Returns:
+            ``{"markdown": path, "json": path, "figure": path}`` of the files written.
+        """
+        out_dir = pathlib.Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = {"markdown": out_dir / "offline_stats.md", "json": out_dir / "offline_stats.json"}
+        paths["markdown"].write_text(self.markdown())
+        paths["json"].write_text(json.dumps(self.to_dict(), indent=2))
+        if plot:
+            paths["figure"] = plot_length_distribution(self.lengths, self.max_length, out_dir / "offline_lengths.png")
+        return paths

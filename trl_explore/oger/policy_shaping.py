@@ -1,0 +1,86 @@
+"""LUFFY-style policy shaping for offline (teacher) tokens, as used by OGER (§3.3, Eq. 10 + LUFFY).
+
+Offline tokens were not sampled from the policy, so the PPO ratio ``pi_theta / pi_old`` is replaced by
+the shaping function ``f(p) = p / (p + gamma)`` of the token probability ``p = pi_theta(token)``, with
+the behaviour probability taken as 1, no clipping and no importance ratio. Its gradient
+``f'(p) = gamma / (p + gamma)^2`` boosts low-probability tokens that plain ``p`` would ignore.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def policy_shaping_per_token_loss(per_token_logps: torch.Tensor, advantages: torch.Tensor, gamma: float = 0.1) -> torch.Tensor:
+    """Per-token loss ``-A * p / (p + gamma)`` for offline tokens.
+
+    Its gradient with respect to the log-probability is ``-A * gamma * p / (p + gamma)^2``.
+
+    Args:
+        per_token_logps: ``[B, T]`` log-probabilities (nats) of the offline tokens under the policy,
+            differentiable.
+        advantages: ``[B]`` or ``[B, 1]`` (or ``[B, T]``) group-relative advantages.
+        gamma: shaping constant (LUFFY/OGER: 0.1), ``> 0``.
+
+    Returns:
+        ``[B, T]`` per-token loss, unmasked (the caller masks and aggregates).
+
+    Raises:
+        ValueError: if ``gamma <= 0``.
+    """
+    if gamma <= 0:
+        raise ValueError(f"policy shaping gamma must be > 0, got {gamma}")
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    p = torch.exp(per_token_logps)
+    return -advantages * p / (p + gamma)
+
+
+def aggregate_token_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    *,
+    num_rows: int,
+    max_completion_length: int,
+    token_normalizer: torch.Tensor | float,
+    accumulation_steps: float,
+) -> torch.Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar with TRL 1.16's normalisation for ``loss_type``.
+
+    It mirrors the normalisers of ``GRPOTrainer._compute_loss`` so that offline rows added to TRL's
+    on-policy loss get the same weight as on-policy rows of the same length:
+
+    * ``grpo``, ``sapo``: mean over the ``num_rows`` rows of the micro-batch of each row's token mean,
+      divided by ``accumulation_steps``.
+    * ``bnpo``: sum over tokens / ``token_normalizer`` (the micro-batch's token count) / ``accumulation_steps``.
+    * ``dr_grpo``: sum / (``num_rows`` * ``max_completion_length``) / ``accumulation_steps``.
+    * ``dapo``, ``cispo``, ``vespo``: sum / ``token_normalizer`` (TRL's rescaled ``num_items_in_batch``).
+    * ``luspo``: sum over tokens of each row, mean over ``num_rows``, / ``accumulation_steps``.
+
+    Args:
+        per_token_loss: ``[B', T]`` loss of the rows being added (``B' <= num_rows``).
+        mask: ``[B', T]`` 0/1 loss mask of those rows.
+        loss_type: TRL's ``loss_type``.
+        num_rows: rows in the whole micro-batch (on-policy + offline).
+        max_completion_length: the config's ``max_completion_length`` (for ``dr_grpo``).
+        token_normalizer: token count used by ``bnpo`` / ``dapo``-style losses (see above).
+        accumulation_steps: TRL's ``current_gradient_accumulation_steps`` in training, 1 in eval.
+
+    Raises:
+        ValueError: on a loss type TRL 1.16 does not define.
+    """
+    mask = mask.to(per_token_loss.dtype)
+    masked = per_token_loss * mask
+    if loss_type in ("grpo", "sapo"):
+        row_means = masked.sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return row_means.sum() / num_rows / accumulation_steps
+    if loss_type == "bnpo":
+        return masked.sum() / torch.as_tensor(token_normalizer).clamp(min=1.0) / accumulation_steps
+    if loss_type == "dr_grpo":
+        return masked.sum() / (num_rows * max_completion_length) / accumulation_steps
+    if loss_type in ("dapo", "cispo", "vespo"):
+        return masked.sum() / torch.as_tensor(token_normalizer).clamp(min=1.0)
+    if loss_type == "luspo":
+        return masked.sum() / num_rows / accumulation_steps
+    raise ValueError(f"unknown loss_type {loss_type!r}")

@@ -1,0 +1,22 @@
+"""Reward functions with TRL's ``reward_funcs`` signature: the verifiable math reward and OGER's.
+
+Loaded on first access, so ``import trl_explore.rewards`` pulls in neither torch nor math-verify.
+"""
+
+import importlib
+
+_LAZY = {
+    "GoldAnswerError": "trl_explore.rewards.math_verify_reward",
+    "MathVerifyReward": "trl_explore.rewards.math_verify_reward",
+    "extract_answer": "trl_explore.rewards.math_verify_reward",
+    "math_reward": "trl_explore.rewards.math_verify_reward",
+    "verify_answer": "trl_explore.rewards.math_verify_reward",
+    "OGERRewardFunction": "trl_explore.rewards.oger_reward",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trl_explore.rewards' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -1,0 +1,114 @@
+"""``OGERRewardFunction``: OGER's exploration reward as a TRL reward function (OGER Eq. 5-8).
+
+With ``reward_funcs=[math_reward, OGERRewardFunction()]`` (weights 1, 1) TRL's summed reward is Eq. 8:
+``R_m + R_OGER`` for online completions and ``R_m`` for offline ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from trl_explore.oger.exploration import divergence as divergence_fn
+from trl_explore.oger.exploration import exploration_reward
+from trl_explore.rewards.math_verify_reward import completion_text
+
+
+class OGERRewardFunction:
+    """Returns ``R_OGER_i = D_i * exp(-H_last_i) * R_m_i`` per completion, 0 for offline rows (Eq. 7-8).
+
+    Inside :class:`~trl_explore.OGERTrainer` it reads, per completion, from TRL's reward kwargs (the
+    trainer puts them there through ``extra_fields``): ``is_offline`` (bool), ``oger_divergence``
+    (``D_i``, Eq. 5) and ``last_token_entropy`` (``H_last_i`` in nats, Eq. 6; None on offline rows).
+    ``R_m`` comes from ``verifier`` (default: :data:`trl_explore.rewards.math_verify_reward.math_reward`,
+    whose results are memoised, so sharing it with TRL's first reward function verifies once).
+
+    Standalone (outside the trainer): without ``oger_divergence`` the divergence is computed with
+    ``encoder`` from each completion and its row's ``offline_completions`` (a prompt with no offline
+    trajectory gets ``R_OGER = 0``); without ``is_offline`` every row is online; ``last_token_entropy``
+    must then be given, unless ``entropy_refinement=False``.
+
+    It also logs, through TRL's ``log_metric`` / ``log_extra`` kwargs when present: ``oger/reward_mean``
+    and ``oger/reward_max`` (over online rows; the max is per process, averaged over processes),
+    ``oger/failed_ratio`` (online rows with ``R_m = 0``), and per-completion columns ``is_offline``,
+    ``teacher``, ``divergence``, ``last_token_entropy``, ``R_OGER``.
+
+    Args:
+        verifier: a TRL reward function giving ``R_m`` in ``{0, 1}`` (None entries count as 0).
+        encoder: a :class:`~trl_explore.oger.embedding.TrajectoryEncoder` for standalone use.
+        entropy_refinement: False is the paper's "w/o Refinement" ablation (``D_i * R_m_i``).
+        offline_column: dataset column with each prompt's offline trajectories (standalone use).
+    """
+
+    def __init__(
+        self,
+        verifier: Callable | None = None,
+        encoder=None,
+        entropy_refinement: bool = True,
+        offline_column: str = "offline_completions",
+    ):
+        if verifier is None:
+            from trl_explore.rewards.math_verify_reward import math_reward as verifier  # noqa: N813
+        self.verifier = verifier
+        self.encoder = encoder
+        self.entropy_refinement = entropy_refinement
+        self.offline_column = offline_column
+        self.__name__ = "oger_reward"
+
+    def _divergence(self, completions, kwargs) -> torch.Tensor:
+        if self.offline_column not in kwargs:
+            raise ValueError(
+                f"OGERRewardFunction needs either 'oger_divergence' (from OGERTrainer) or the offline column "
+                f"{self.offline_column!r} in the reward kwargs; got keys {sorted(kwargs)}"
+            )
+        if self.encoder is None:
+            from trl_explore.oger.embedding import TrajectoryEncoder
+
+            self.encoder = TrajectoryEncoder()
+        online = self.encoder.encode([completion_text(c) for c in completions])
+        values = []
+        for i, offline_texts in enumerate(kwargs[self.offline_column]):
+            if not offline_texts:
+                values.append(0.0)  # no teacher for this prompt: no divergence signal
+                continue
+            offline = self.encoder.encode_cached(list(offline_texts))
+            values.append(float(divergence_fn(online[i : i + 1], offline)[0]))
+        return torch.tensor(values)
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+        n = len(completions)
+        log_metric = kwargs.pop("log_metric", None)
+        log_extra = kwargs.pop("log_extra", None)
+        verifier_kwargs = {k: v for k, v in kwargs.items() if k not in ("is_offline", "oger_divergence", "last_token_entropy")}
+        correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids, **verifier_kwargs)
+        r_m = torch.tensor([0.0 if c is None else float(c) for c in correctness])
+
+        is_offline = torch.tensor([bool(x) for x in kwargs.get("is_offline", [False] * n)])
+        if "oger_divergence" in kwargs:
+            div = torch.tensor([0.0 if d is None else float(d) for d in kwargs["oger_divergence"]])
+        else:
+            div = self._divergence(completions, kwargs)
+        if "last_token_entropy" in kwargs:
+            entropy = torch.tensor([0.0 if h is None else float(h) for h in kwargs["last_token_entropy"]])
+        elif self.entropy_refinement:
+            raise ValueError(
+                "OGERRewardFunction needs 'last_token_entropy' (nats, one per completion) for the entropy "
+                "refinement; pass it, or set entropy_refinement=False"
+            )
+        else:
+            entropy = torch.zeros(n)
+        reward = exploration_reward(div, entropy, r_m, is_offline, entropy_refinement=self.entropy_refinement)
+
+        online = ~is_offline
+        if log_metric is not None and online.any():
+            log_metric("oger/reward_mean", reward[online].mean().item())
+            log_metric("oger/reward_max", reward[online].max().item())
+            log_metric("oger/failed_ratio", (r_m[online] == 0).float().mean().item())
+        if log_extra is not None:
+            log_extra("is_offline", is_offline.tolist())
+            log_extra("teacher", list(kwargs.get("teacher", [None] * n)))
+            log_extra("divergence", [None if off else round(float(d), 4) for d, off in zip(div, is_offline)])
+            log_extra("last_token_entropy", list(kwargs.get("last_token_entropy", [None] * n)))
+            log_extra("R_OGER", [round(float(r), 4) for r in reward])
+        return reward.tolist()
