@@ -49,7 +49,9 @@ class ScriptArguments:
     )
     measure_rollout_overhead: bool = field(
         default=False,
-        metadata={"help": "After training, time one generation batch with and without steering (same prompts, same length)."},
+        metadata={
+            "help": "After training, time one generation batch with and without steering (same prompts, same length)."
+        },
     )
 
 
@@ -137,7 +139,8 @@ def measure_rollout_overhead(trainer: ASEGRPOTrainer, dataset, repeats: int = 3)
         config.min_new_tokens = saved_min
         trainer.bank.load_state_dict(bank_state)
     mean = {name: sum(values) / len(values) for name, values in times.items()}
-    return {"rows": len(prompts), "tokens": trainer.max_completion_length, **mean, "ratio": mean["steered"] / mean["unsteered"]}
+    ratio = mean["steered"] / mean["unsteered"]
+    return {"rows": len(prompts), "tokens": trainer.max_completion_length, **mean, "ratio": ratio}
 
 
 def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: ModelConfig) -> ASEGRPOTrainer:
@@ -157,7 +160,9 @@ def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: Mod
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
     dataset = load_train_dataset(script_args, tokenizer)
-    trainer = ASEGRPOTrainer(model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args))
+    trainer = ASEGRPOTrainer(
+        model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args)
+    )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if training_args.push_to_hub:

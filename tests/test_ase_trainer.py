@@ -23,7 +23,8 @@ NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt
 def _dataset(num_prompts=2):
     return Dataset.from_list(
         [
-            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}"}
+            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+             "problem_id": f"p{i}"}
             for i in range(num_prompts)
         ]
     )
@@ -123,7 +124,9 @@ def _instrument(trainer, monkeypatch):
     def spy_weigh(batch, per_token_logps):
         before = batch["advantages"].clone()
         stats = weigh(batch, per_token_logps)
-        rec["weights"].append({"before": before, "after": batch["advantages"].clone(), "routes": batch["ase_route"].clone()})
+        rec["weights"].append(
+            {"before": before, "after": batch["advantages"].clone(), "routes": batch["ase_route"].clone()}
+        )
         return stats
 
     monkeypatch.setattr(bank, "update", spy_update)
@@ -139,10 +142,11 @@ def _instrument(trainer, monkeypatch):
 def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedule):
     # aligned: one generation per optimizer step, readouts from the loss forward (no old log-probs);
     # scoring_forward: one generation for two optimizer steps, TRL computes old log-probs right after generation
-    # and the readouts come from that forward.
+    # and the readouts come from that forward; this run also steers completion positions only (steer_prompt=False).
     overrides = {"log_completions": True, "num_completions_to_print": 0}
     if schedule == "scoring_forward":
-        overrides.update(per_device_train_batch_size=NUM_GENERATIONS // 2, steps_per_generation=2, max_steps=4)
+        overrides.update(per_device_train_batch_size=NUM_GENERATIONS // 2, steps_per_generation=2, max_steps=4,
+                         steer_prompt=False)
     trainer = _trainer(tmp_path, smollm2_tokenizer, **overrides)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     rec = _instrument(trainer, monkeypatch)
@@ -198,8 +202,8 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
     assert not torch.allclose(steered_weights, torch.ones_like(steered_weights))
 
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
-    for key in ("ase/rollout_time", "ase/num_pairs", "ase/skipped_updates", "ase/cluster_share_0", "ase/cluster_share_1",
-                "ase/inter_cluster_alignment", "ase/temporal_alignment", "ase/is_weight_mean",
+    for key in ("ase/rollout_time", "ase/num_pairs", "ase/skipped_updates", "ase/cluster_share_0",
+                "ase/cluster_share_1", "ase/inter_cluster_alignment", "ase/temporal_alignment", "ase/is_weight_mean",
                 "ase/is_weight_clipped_frac", "ase/route_0_accuracy", "ase/route_1_accuracy", "ase/route_2_accuracy"):
         assert key in history, key
     table = pd.concat(pd.read_parquet(f) for f in sorted((tmp_path / "out" / "completions").glob("*.parquet")))
@@ -347,8 +351,9 @@ def test_config_rejects_bad_values(tmp_path):
     _config(tmp_path, num_vectors=6, bank_control="unstructured_random")  # no routes: allowed
     with pytest.raises(ValueError, match="bank_control"):
         _config(tmp_path, bank_control="random")
-    for field, value in [("bank_ema_beta", 1.5), ("readout_fraction", -0.1), ("is_cap", 0.0), ("steering_alpha", math.inf),
-                         ("num_vectors", 0), ("pca_dim", 0), ("max_pairs_per_problem", 0), ("steering_layer", -1)]:
+    for field, value in [("bank_ema_beta", 1.5), ("readout_fraction", -0.1), ("is_cap", 0.0),
+                         ("steering_alpha", math.inf), ("num_vectors", 0), ("pca_dim", 0),
+                         ("max_pairs_per_problem", 0), ("steering_layer", -1)]:
         with pytest.raises(ValueError, match=field):
             _config(tmp_path, **{field: value})
     config = _config(tmp_path)
@@ -406,15 +411,20 @@ bank = trainer.bank
 def test_two_processes_share_one_bank_and_balanced_routes(tmp_path):
     import json
     import os
+    import socket
     import subprocess
     import sys
     from pathlib import Path
 
     script = tmp_path / "ase_two_process.py"
     script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(script), str(tmp_path)]
+    # `accelerate launch --cpu --num_processes 2` starts ONE process unless MPI is set up; torchrun starts two (gloo)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           str(script), str(tmp_path)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -175,6 +175,22 @@ def test_field_mappings_give_the_expected_gold_answers():
     assert again["choices"] == gpqa["choices"]  # deterministic
 
 
+def test_champ_uses_the_held_out_split_and_keeps_its_prompt(monkeypatch):
+    from datasets import Dataset, DatasetDict
+
+    import trl_explore.data
+
+    prompt = [{"role": "system", "content": "S"}, {"role": "user", "content": "Compute 2+2."}]
+    split = Dataset.from_list([{"problem_id": "P_7", "prompt": prompt, "answer": "4", "offline_completions": []}])
+    calls = []
+    monkeypatch.setattr(trl_explore.data, "load_default_offline_dataset",
+                        lambda **kw: calls.append(kw) or DatasetDict({"train": split, "test": split}))  # fmt: skip
+    data = bm.load_benchmark("champ")
+    assert calls == [{}]  # the training job's default arguments: the same held-out split
+    assert data[0]["problem_id"] == "P_7" and data[0]["prompt"] == prompt and data[0]["problem"] == "Compute 2+2."
+    assert runner.build_messages(data[0], runner.get_protocol("oger").plan("champ")) == prompt
+
+
 def test_bad_benchmark_input_gives_clear_errors(tmp_path):
     with pytest.raises(ValueError, match=r"row 1 \(id 'aime2024/8'\): the 'answer' field is empty"):
         bm.load_benchmark("aime2024", DATA / "missing_answer.jsonl")

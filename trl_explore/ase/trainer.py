@@ -109,7 +109,9 @@ class _SampledTokenLogProbs:
         out = []
         for i, ids in enumerate(completion_ids):
             if len(ids) > num_steps or tokens[i, : len(ids)].tolist() != list(ids):
-                raise RuntimeError(f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion")
+                raise RuntimeError(
+                    f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion"
+                )
             out.append(logps[i, : len(ids)].tolist())
         return out
 
@@ -187,7 +189,14 @@ class ASEGRPOTrainer(GRPOTrainer):
         "title": "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards",
     }
 
-    def __init__(self, model, reward_funcs=None, args: ASEConfig | None = None, bank: SteeringVectorBank | None = None, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: ASEConfig | None = None,
+        bank: SteeringVectorBank | None = None,
+        **kwargs,
+    ):
         if isinstance(model, str):
             from trl_explore.defaults import resolve_model_path
 
@@ -203,10 +212,14 @@ class ASEGRPOTrainer(GRPOTrainer):
                 "route with a steering hook in the vLLM model) come with a later version. Set use_vllm=False."
             )
         if args.use_transformers_continuous_batching:
-            raise NotImplementedError("ASEGRPOTrainer does not support continuous batching (per-row steering needs generate)")
-        for name in ("tools", "rollout_func", "environment_factory"):
-            if kwargs.get(name):
-                raise NotImplementedError(f"ASEGRPOTrainer does not support `{name}` (single-turn HF generation only)")
+            raise NotImplementedError(
+                "ASEGRPOTrainer does not support continuous batching (per-row steering needs `generate`)"
+            )
+        for option in ("tools", "rollout_func", "environment_factory"):
+            if kwargs.get(option):
+                raise NotImplementedError(
+                    f"ASEGRPOTrainer does not support `{option}` (single-turn HF generation only)"
+                )
         if reward_funcs is None:
             from trl_explore.rewards.math_verify_reward import math_reward
 
@@ -214,7 +227,8 @@ class ASEGRPOTrainer(GRPOTrainer):
         num_funcs = len(reward_funcs) if isinstance(reward_funcs, list) else 1
         if args.correctness_reward_index >= num_funcs:
             raise ValueError(
-                f"correctness_reward_index={args.correctness_reward_index} but there are only {num_funcs} reward functions"
+                f"correctness_reward_index={args.correctness_reward_index} but there are only {num_funcs} "
+                "reward functions"
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
 
@@ -268,8 +282,9 @@ class ASEGRPOTrainer(GRPOTrainer):
             return None
         if total % num_generations != 0:
             raise ValueError(f"generation batch of {total} rows is not a whole number of groups of {num_generations}")
+        micro_step = self._step % self.args.gradient_accumulation_steps
         generator = torch.Generator().manual_seed(  # replays exactly after resuming from a checkpoint
-            self.args.seed * 1_000_003 + self.state.global_step * 1_009 + self._step % self.args.gradient_accumulation_steps
+            self.args.seed * 1_000_003 + self.state.global_step * 1_009 + micro_step
         )
         routes = balanced_uniform_routes(total // num_generations, num_generations, self.args.num_vectors, generator)
         routes = routes[local]
@@ -428,7 +443,9 @@ class ASEGRPOTrainer(GRPOTrainer):
         loss_ctx = self._ase_loss if self._ase_loss is not None and not self._ase_loss["done"] else None
         scoring = self._ase_scoring if self._ase_scoring is not None and self._ase_scoring["readouts"] is None else None
         if (loss_ctx is None or not loss_ctx["capture"]) and scoring is None:
-            output = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            output = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
         else:
             block = self.steerer.decoder_block()
             with _block_readouts(block, input_ids, attention_mask, logits_to_keep, self.args.readout_fraction) as parts:
@@ -496,7 +513,9 @@ class ASEGRPOTrainer(GRPOTrainer):
         if not (capture or weigh):
             return super()._compute_loss(model, inputs)
         batch = dict(inputs)
-        self._ase_loss = {"batch": batch, "capture": capture, "weigh": weigh, "done": False, "readouts": None, "stats": None}
+        self._ase_loss = {
+            "batch": batch, "capture": capture, "weigh": weigh, "done": False, "readouts": None, "stats": None
+        }
         try:
             loss = super()._compute_loss(model, batch)
             ctx = self._ase_loss

@@ -186,6 +186,8 @@ def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], 
     Raises:
         ValueError: no runs, ``smooth < 1``, or no panel has data in any run (lists the logged keys).
     """
+    from matplotlib.ticker import MaxNLocator
+
     if not runs:
         raise ValueError("plot_training_dynamics: no runs")
     if smooth < 1:
@@ -210,6 +212,7 @@ def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], 
                         label=f"{label}: {suffix}" if many else label)
         ax.set_title(f"{panel.title} ({panel.source})" if panel.source else panel.title, fontsize=10)
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
