@@ -13,7 +13,8 @@
 `--model_name_or_path main` (the default) is the main job's output folder `outputs/oger-smollm2-champ` when it
 holds a saved model, else the embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
 (default `outputs/eval/<model>`): `samples.jsonl`, `samples.parquet`, `summary.json`, `results.md`,
-`pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png`, `steering_sweep.json` / `.md`.
+`pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png` / `temperature_samples.parquet`,
+`steering_sweep.json` / `.md` / `steering_samples.parquet`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class EvalArguments:
     batch_size: int = field(default=32, metadata={"help": "Rows per generate call (transformers backend)."})
     dtype: str = field(default="float32", metadata={"help": "Weights dtype (transformers backend)."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    require_boxed: bool = field(
+        default=False,
+        metadata={"help": "Count a maths answer only inside \\boxed{} (default: the training reward's rule, which "
+                  "also reads unboxed text near the end)."},
+    )
     output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
     label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
     baseline_dir: str | None = field(
@@ -108,6 +114,8 @@ def parse_files(items: list[str]) -> dict[str, str]:
 
 
 def main(args: EvalArguments) -> dict:
+    import pandas as pd
+
     from trl_explore.evaluation import runner, sweeps
     from trl_explore.evaluation.benchmarks import load_benchmark
     from trl_explore.evaluation.plots import plot_pass_at_k, plot_temperature_sweep
@@ -124,7 +132,8 @@ def main(args: EvalArguments) -> dict:
     generator = runner.make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
                                       steering=steering, dtype=args.dtype)
     records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
-                                       benchmark_files=files, limit=args.limit, seed=args.seed, **overrides)
+                                       benchmark_files=files, limit=args.limit, seed=args.seed,
+                                       require_boxed=args.require_boxed, **overrides)
     summary["model"] = model
     baseline = runner.load_summary(args.baseline_dir) if args.baseline_dir else None
     runner.save_run(out, records, summary, label=label, baseline=baseline)
@@ -137,9 +146,10 @@ def main(args: EvalArguments) -> dict:
     if args.temperatures or steering:
         datasets = {b: load_benchmark(b, files.get(b), limit=args.limit) for b in args.benchmarks}
     if args.temperatures:
-        _, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures, k=args.sweep_k,
+        sweep_records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures, k=args.sweep_k,
                                             seed=args.seed, **overrides)
         (out / "temperature_sweep.json").write_text(json.dumps(sweep, indent=2))
+        pd.DataFrame(sweep_records).to_parquet(out / "temperature_samples.parquet", index=False)
         plot_temperature_sweep({label: sweep}, out / "temperature_sweep.png")
         print(f"temperature sweep (average pass@{args.sweep_k}): "
               + ", ".join(f"T={t}: {100 * v:.2f}" for t, v in zip(sweep["temperatures"], sweep["average"])))
@@ -159,9 +169,10 @@ def main(args: EvalArguments) -> dict:
                 fractions=args.steering_fractions, layer=args.steering_layer, seed=args.seed,
             )  # fmt: skip
             banks.update(built)
-        _, rows = sweeps.steering_sweep(generator, datasets, protocol, banks, args.steering_alphas,
+        steer_records, rows = sweeps.steering_sweep(generator, datasets, protocol, banks, args.steering_alphas,
                                         layer=args.steering_layer, seed=args.seed, **overrides)
         (out / "steering_sweep.json").write_text(json.dumps(rows, indent=2))
+        pd.DataFrame(steer_records).to_parquet(out / "steering_samples.parquet", index=False)
         (out / "steering_sweep.md").write_text(sweeps.steering_table(rows) + "\n")
         print(sweeps.steering_table(rows))
     print(f"[evaluate] {model} on {', '.join(args.benchmarks)} in {time.perf_counter() - start:.1f} s "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,20 +60,9 @@ def _prompt_key(prompt) -> str:
 
 def load_train_dataset(script_args: ScriptArguments, tokenizer=None):
     """The training split named by the script arguments, with `prompt`, `answer` and `problem_id` columns."""
-    if script_args.dataset_name == "champ":
-        from trl_explore.data import load_default_offline_dataset
+    from trl_explore.data.loading import load_split
 
-        dataset = load_default_offline_dataset()[script_args.dataset_train_split]
-    elif os.path.isdir(script_args.dataset_name):
-        from datasets import load_from_disk
-
-        dataset = load_from_disk(script_args.dataset_name)
-        if hasattr(dataset, "keys"):
-            dataset = dataset[script_args.dataset_train_split]
-    else:
-        from datasets import load_dataset
-
-        dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_train_split)
+    dataset = load_split(script_args.dataset_name, script_args.dataset_train_split)
     if "answer" not in dataset.column_names and "reward_model" in dataset.column_names:  # verl parquet layout
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
     if "problem_id" not in dataset.column_names:

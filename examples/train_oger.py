@@ -10,7 +10,6 @@ the command line overrides the recipe. Every `OGERConfig` / `GRPOConfig` / `Mode
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,23 +45,11 @@ class ScriptArguments:
 
 def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
     """The training split named by the script arguments (see `ScriptArguments.dataset_name`)."""
-    if script_args.dataset_name == "champ":
-        from trl_explore.data import load_default_offline_dataset
+    from trl_explore.data.loading import load_split
 
-        # teacher trajectories must fit in a completion (with its EOS), or their final answer is cut off
-        dataset = load_default_offline_dataset(
-            max_length=training_args.max_completion_length - 1, settings=script_args.champ_settings
-        )[script_args.dataset_train_split]
-    elif os.path.isdir(script_args.dataset_name):
-        from datasets import load_from_disk
-
-        dataset = load_from_disk(script_args.dataset_name)
-        if hasattr(dataset, "keys"):
-            dataset = dataset[script_args.dataset_train_split]
-    else:
-        from datasets import load_dataset
-
-        dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_train_split)
+    # with CHAMP, teacher trajectories must fit in a completion (with its EOS), or their answer is cut off
+    champ = dict(max_length=training_args.max_completion_length - 1, settings=script_args.champ_settings)
+    dataset = load_split(script_args.dataset_name, script_args.dataset_train_split, **champ)
     if script_args.min_offline_completions > 0:
         column = training_args.offline_completions_column
         dataset = dataset.filter(lambda row: len(row[column]) >= script_args.min_offline_completions)

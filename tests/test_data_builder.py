@@ -18,7 +18,7 @@ import pytest
 from trl_explore.data import builder as B
 from trl_explore.data import filters, prompts, sources, stats
 from trl_explore.data.generation import generated_records, split_finished, teacher_names
-from trl_explore.data.prompts import OGER_SYSTEM_PROMPT, PromptPreset
+from trl_explore.data.prompts import OGER_SYSTEM_PROMPT
 from trl_explore.data.sources import ProblemRecord
 from trl_explore.data.stats import CompletionVerdict, TeacherStats
 

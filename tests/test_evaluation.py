@@ -249,6 +249,8 @@ def test_extract_choice_letter_rejects_bad_option_count():
 def test_grade_completion_by_grading():
     assert bm.grade_completion(r"... \boxed{\frac{10}{12}}", r"\frac{5}{6}", "math") == (r"\frac{10}{12}", True)
     assert bm.grade_completion(r"... \boxed{7}", "4", "math") == ("7", False)
+    assert bm.grade_completion(r"so x = 4 \boxed{4}", "4", "math", require_boxed=True) == ("4", True)
+    assert bm.grade_completion("so x = 4", "4", "math", require_boxed=True) == (None, False)
     assert bm.grade_completion("The answer is (B).", "B", "multiple_choice", 4) == ("B", True)
     assert bm.grade_completion("The answer is (C).", "B", "multiple_choice", 4) == ("C", False)
     assert bm.grade_completion("So the answer is False.", "False", "exact_match")[1] is True

@@ -290,3 +290,28 @@ def resolve_embedder_path(name_or_path: str | None) -> str:
     if name_or_path is None or name_or_path.strip().lower() in EMBEDDER_ALIASES:
         return str(default_embedder_path())
     return name_or_path
+
+
+def resolve_model_and_config(model, args, config_cls: type, suffix: str):
+    """The trainers' shared start: resolve an embedded-model alias and build a default config.
+
+    Args:
+        model: a model name, path, alias (see :func:`resolve_model_path`) or a model instance.
+        args: a config instance, or None for ``config_cls(output_dir="<model name>-<suffix>")``.
+        config_cls: the config class the trainer needs (e.g. ``OGERConfig``).
+        suffix: the method's name in the default output directory (e.g. ``"OGER"``).
+
+    Returns:
+        ``(model, args)`` with ``model`` resolved when it was a string.
+
+    Raises:
+        TypeError: ``args`` is not an instance of ``config_cls``.
+    """
+    if isinstance(model, str):
+        model = resolve_model_path(model)
+    if args is None:
+        name = model if isinstance(model, str) else model.config._name_or_path
+        args = config_cls(f"{str(name).rstrip('/').split('/')[-1]}-{suffix}")
+    if not isinstance(args, config_cls):
+        raise TypeError(f"this trainer needs a {config_cls.__name__}, got {type(args).__name__}")
+    return model, args

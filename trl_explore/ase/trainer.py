@@ -46,6 +46,7 @@ from trl_explore.ase.importance import truncated_importance_weights
 from trl_explore.ase.routing import balanced_uniform_routes, pairwise_answer_disagreement, per_route_accuracy
 from trl_explore.ase.steering import ActivationSteeringGenerator, readout_positions, steering_offsets, unwrap_model
 from trl_explore.ase.steering.base import block_hidden_states
+from trl_explore.defaults import resolve_model_and_config
 
 logger = logging.getLogger(__name__)
 
@@ -197,15 +198,7 @@ class ASEGRPOTrainer(GRPOTrainer):
         bank: SteeringVectorBank | None = None,
         **kwargs,
     ):
-        if isinstance(model, str):
-            from trl_explore.defaults import resolve_model_path
-
-            model = resolve_model_path(model)
-        if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = ASEConfig(f"{str(name).rstrip('/').split('/')[-1]}-ASE-GRPO")
-        if not isinstance(args, ASEConfig):
-            raise TypeError(f"ASEGRPOTrainer needs an ASEConfig, got {type(args).__name__}")
+        model, args = resolve_model_and_config(model, args, ASEConfig, "ASE-GRPO")
         if args.use_vllm:
             raise NotImplementedError(
                 "ASEGRPOTrainer steers the HF `generate` path only for now; vLLM rollouts (one generate call per "

@@ -36,8 +36,9 @@ class Panel:
         title: subplot title.
         ylabel: y-axis label (with units).
         keys: exact ``log_history`` keys, one line each per run.
-        pattern: a regular expression with one group; every matching key is drawn, labelled by the group
-            (e.g. the cluster index of ``ase/cluster_share_0``).
+        pattern: a regular expression with one group; every matching key is drawn, labelled by
+            ``group_label`` filled with the group (e.g. "cluster 0" for ``ase/cluster_share_0``).
+        group_label: legend text of a ``pattern`` match, a ``{}`` field for the group.
         source: the paper figure it reproduces.
     """
 
@@ -45,6 +46,7 @@ class Panel:
     ylabel: str
     keys: tuple[str, ...] = ()
     pattern: str | None = None
+    group_label: str = "{}"
     source: str = ""
 
     def series(self, columns: Sequence[str]) -> list[tuple[str, str]]:
@@ -53,7 +55,8 @@ class Panel:
         if self.pattern:
             regex = re.compile(self.pattern)
             matched = [(c, m.group(1)) for c in columns if (m := regex.fullmatch(c))]
-            found += sorted(matched, key=lambda item: (len(item[1]), item[1]))
+            matched.sort(key=lambda item: (len(item[1]), item[1]))
+            found += [(c, self.group_label.format(group)) for c, group in matched]
         return found
 
 
@@ -69,10 +72,12 @@ OGER_PANELS = (
 """Panels of the OGER training-dynamics figure."""
 
 ASE_PANELS = (
-    Panel("Cluster shares", "fraction of contrast pairs", pattern=r"ase/cluster_share[_/](\d+)", source="ASE Fig. 5"),
+    Panel("Cluster shares", "fraction of contrast pairs", pattern=r"ase/cluster_share[_/](\d+)",
+          group_label="cluster {}", source="ASE Fig. 5"),
     Panel("Vector geometry", "cosine", ("ase/temporal_alignment", "ase/inter_cluster_alignment"), source="ASE Fig. 5"),
     Panel("Answer disagreement", "pairwise disagreement", ("ase/answer_disagreement",), source="ASE Fig. 4"),
-    Panel("Per-route accuracy", "accuracy", pattern=r"ase/route_(\d+)_accuracy", source="ASE §3.1, SPEC §3.8"),
+    Panel("Per-route accuracy", "accuracy", pattern=r"ase/route_(\d+)_accuracy",
+          group_label="route {}", source="ASE §3.1, SPEC §3.8"),
     Panel("Training reward", "mean reward", ("reward",), source="ASE Fig. 4"),
     Panel("Response length", "tokens", ("completions/mean_length",), source="ASE Fig. 4"),
 )  # fmt: skip
@@ -247,15 +252,18 @@ def plot_pass_at_k(summaries: Mapping[str, Mapping], path: str | pathlib.Path | 
         raise ValueError(f"plot_pass_at_k: no run evaluated {missing}; have {seen}")
     fig, axes = _new_figure(len(names))
     for ax, name in zip(axes, names):
-        title = name
+        title, all_ks = name, set()
         for i, (label, s) in enumerate(summaries.items()):
             entry = s["benchmarks"].get(name)
             if entry is None:
                 continue
             title = entry.get("title", name)
             ks = sorted(int(k) for k in entry["pass_at_k"])
+            all_ks.update(ks)
             ax.plot(ks, [100 * entry["pass_at_k"][str(k)] for k in ks], marker="o", color=f"C{i % 10}", label=label)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
+        ax.minorticks_off()
         ax.set_title(f"{title}: pass@k", fontsize=10)
         ax.set_xlabel("k (samples)")
         ax.set_ylabel("pass@k (%)")

@@ -490,7 +490,8 @@ def check_gold_answers(dataset) -> None:
             ) from None
 
 
-def grade_generations(dataset, generations: Generations, plan: SamplingPlan, timeout_seconds: float = 5.0) -> list[dict]:
+def grade_generations(dataset, generations: Generations, plan: SamplingPlan, timeout_seconds: float = 5.0,
+                      require_boxed: bool = False) -> list[dict]:
     """Per-sample records of one benchmark: grade every completion.
 
     Args:
@@ -498,6 +499,8 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
         generations: their completions, ``[P][n]``.
         plan: the sampling plan used (its temperature is recorded).
         timeout_seconds: math-verify's limit per completion.
+        require_boxed: maths answers count only inside ``\\boxed{}`` (see
+            :func:`~trl_explore.evaluation.benchmarks.grade_completion`).
 
     Returns:
         ``P * n`` dicts with keys ``benchmark``, ``problem_id``, ``sample_index``, ``route``,
@@ -514,7 +517,8 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
     for p, row in enumerate(dataset):
         for s, text in enumerate(generations.texts[p]):
             extracted, correct = grade_completion(
-                text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds
+                text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds,
+                require_boxed=require_boxed,
             )
             records.append(
                 {
@@ -608,7 +612,7 @@ def domain_averages(benchmarks: Mapping[str, Mapping[str, Any]]) -> dict:
 
 
 def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, steering=None,
-                     ks: Sequence[int] | None = None) -> tuple[list[dict], dict]:
+                     ks: Sequence[int] | None = None, require_boxed: bool = False) -> tuple[list[dict], dict]:
     """Generate, grade and summarise one benchmark.
 
     Args:
@@ -618,6 +622,7 @@ def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, s
         seed: sampling seed.
         steering: see :meth:`TransformersGenerator.generate`.
         ks: pass@k grid.
+        require_boxed: see :func:`grade_generations`.
 
     Returns:
         ``(per-sample records, benchmark summary)``; the summary also holds ``generation_seconds``,
@@ -628,8 +633,9 @@ def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, s
     prompts = [build_messages(row, plan) for row in dataset]
     generations = generator.generate(prompts, plan, steering=steering, seed=seed, desc=name)
     start = time.perf_counter()
-    records = grade_generations(dataset, generations, plan)
+    records = grade_generations(dataset, generations, plan, require_boxed=require_boxed)
     summary = summarize_benchmark(records, ks)
+    summary["require_boxed"] = require_boxed
     summary["generation_seconds"] = round(generations.seconds, 2)
     summary["grading_seconds"] = round(time.perf_counter() - start, 2)
     summary["plan"] = {k: v for k, v in asdict(plan).items() if k != "system_prompt"}
@@ -651,6 +657,7 @@ def evaluate(
     steering=None,
     show_progress: bool = True,
     llm_kwargs: Mapping[str, Any] | None = None,
+    require_boxed: bool = False,
     **overrides,
 ) -> tuple[list[dict], dict]:
     """Evaluate a policy on several benchmarks under one protocol.
@@ -671,6 +678,8 @@ def evaluate(
         steering: ``(steerer, vectors, alpha)`` for inference-time steering (transformers only).
         show_progress: progress bars.
         llm_kwargs: extra ``vllm.LLM`` arguments.
+        require_boxed: maths answers count only inside ``\\boxed{}`` (default False: the training
+            reward's rule).
         **overrides: sampling-plan overrides (``num_samples``, ``temperature``, ``top_p``, ``top_k``,
             ``max_new_tokens``); ``None`` values are ignored.
 
@@ -700,7 +709,8 @@ def evaluate(
     records, per_benchmark = [], {}
     for name, dataset in datasets.items():
         plan = protocol.plan(name, **overrides)
-        bench_records, per_benchmark[name] = evaluate_dataset(generator, dataset, plan, seed=seed, steering=steering)
+        bench_records, per_benchmark[name] = evaluate_dataset(generator, dataset, plan, seed=seed, steering=steering,
+                                                              require_boxed=require_boxed)
         records.extend(bench_records)
         logger.info("%s: mean@%d = %.4f, pass@%d = %.4f", name, plan.num_samples, per_benchmark[name]["mean"],
                     plan.num_samples, per_benchmark[name]["pass_at_n"])

@@ -21,6 +21,7 @@ from contextlib import nullcontext
 import torch
 from trl import GRPOTrainer
 
+from trl_explore.defaults import resolve_model_and_config
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -66,15 +67,7 @@ class OGERTrainer(GRPOTrainer):
     }
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None, **kwargs):
-        if isinstance(model, str):
-            from trl_explore.defaults import resolve_model_path
-
-            model = resolve_model_path(model)
-        if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = OGERConfig(f"{str(name).rstrip('/').split('/')[-1]}-OGER")
-        if not isinstance(args, OGERConfig):
-            raise TypeError(f"OGERTrainer needs an OGERConfig, got {type(args).__name__}")
+        model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
         if reward_funcs is None:
             from trl_explore.rewards.math_verify_reward import math_reward
             from trl_explore.rewards.oger_reward import OGERRewardFunction
