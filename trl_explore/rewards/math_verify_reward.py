@@ -68,7 +68,16 @@ _WORKER_RUN_NAME = "__math_verify_worker__"  # __name__ of this file when run as
 # One config for every "parse this whole string" call: the string is wrapped as $...$ and only that
 # one match is tried (extraction_mode="first_match"), so math-verify cannot fall back to a part of it.
 _WHOLE_LATEX_CONFIG = LatexExtractionConfig(boxed_match_priority=-1)
-_YES_NO_CONFIG = StringExtractionConfig(strings=("yes", "no", "Yes", "No", "YES", "NO"), lowercase=True)
+# Text without a box is read only after an answer anchor ("the answer is", "Answer:", ...): a number or a
+# yes/no anywhere in free text ("we have 3 apples and 0 pears", "no idea") is not a final answer, and
+# accepting it would reward rambling completions that happen to mention the gold value.
+_UNBOXED_CONFIGS = (
+    LatexExtractionConfig(try_extract_without_anchor=False),
+    ExprExtractionConfig(try_extract_without_anchor=False),
+)
+_UNBOXED_YES_NO_CONFIG = StringExtractionConfig(
+    strings=("yes", "no", "Yes", "No", "YES", "NO"), lowercase=True, try_extract_without_anchor=False
+)
 
 
 class GoldAnswerError(ValueError):
@@ -657,11 +666,48 @@ def _ends_mid_expression(text: str, answer: str) -> bool:
     return bool(following) and (following in "^_(!*/" or following.isalnum())
 
 
+# A concluding sentence ("Therefore, n mod 1982 is 0.") and its first copula: prose answers without a box.
+_CONCLUSION = re.compile(r"(?:^|[.!?:]\s+|\n)\s*(?:Therefore|Thus|Hence|In conclusion|Consequently|So),?\s")
+_COPULA = re.compile(r"\s(?:is|are|equals|is equal to|=)\s")
+_CLAUSE_END = re.compile(r"[,;]\s+(?:and|which|where|when|while|since|because|as|so|with|for|this|that)\b")
+_MAX_CONCLUSION_CHARS = 400
+
+
+def conclusion_answer_text(text: str) -> str | None:
+    """What follows the first copula of the last concluding sentence of ``text``, or None.
+
+    "... Therefore, the limit exists and is equal to 2." gives "equal to 2."; a sentence must start
+    with Therefore / Thus / Hence / In conclusion / Consequently / So and be the last one of the text.
+    A trailing clause (", and this occurs when a = b = c") is cut off.
+    """
+    starts = [m.end() for m in _CONCLUSION.finditer(text)]
+    if not starts or len(text) - starts[-1] > _MAX_CONCLUSION_CHARS:
+        return None
+    sentence = text[starts[-1] :]
+    copula = _COPULA.search(sentence)
+    if copula is None:
+        return None
+    answer = sentence[copula.end() :]
+    clause = _CLAUSE_END.search(answer)
+    return answer[: clause.start()] if clause else answer
+
+
 def _parse_unboxed(tail: str) -> list:
-    """math-verify's LaTeX and expression extractors on the end of a completion without a box."""
-    parsed = math_verify.parse(tail, [LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=None)
+    """A completion without a box: math-verify after an answer anchor, else in a concluding sentence.
+
+    Never reads a value from free text (see ``_UNBOXED_CONFIGS``).
+    """
+    parsed = math_verify.parse(tail, list(_UNBOXED_CONFIGS), parsing_timeout=None)
+    source = tail
+    if not parsed:
+        source = conclusion_answer_text(tail)
+        if source is None:
+            return []
+        parsed = math_verify.parse(
+            source, [LatexExtractionConfig(), ExprExtractionConfig()], extraction_mode="first_match", parsing_timeout=None
+        )
     strings = [value for value in parsed if isinstance(value, str)]
-    if strings and _ends_mid_expression(tail, strings[-1]):
+    if strings and _ends_mid_expression(source, strings[-1]):
         return []
     return parsed
 
@@ -671,7 +717,7 @@ def _predicted_yes_no(completion: str) -> str | None:
     boxed = last_boxed_content(completion)
     if boxed is not None:
         return yes_no_word(boxed)
-    found = math_verify.parse(completion[-_TAIL_CHARS:], [_YES_NO_CONFIG], parsing_timeout=None)
+    found = math_verify.parse(completion[-_TAIL_CHARS:], [_UNBOXED_YES_NO_CONFIG], parsing_timeout=None)
     return found[0] if found else None
 
 
@@ -694,13 +740,9 @@ def _verify_in_worker(completion: str, gold: str) -> bool:
 
 def _extract_unboxed_in_worker(tail: str) -> str | None:
     """A readable answer string found by math-verify's extractors in ``tail``, or None."""
-    parsed = math_verify.parse(
-        tail, [LatexExtractionConfig(), ExprExtractionConfig(), _YES_NO_CONFIG], parsing_timeout=None
-    )
+    parsed = _parse_unboxed(tail) or math_verify.parse(tail, [_UNBOXED_YES_NO_CONFIG], parsing_timeout=None)
     strings = [value for value in parsed if isinstance(value, str)]
-    if not strings or _ends_mid_expression(tail, strings[-1]):
-        return None
-    return strings[-1].strip() or None
+    return (strings[-1].strip() or None) if strings else None
 
 
 # --------------------------------------------------------------------------------------------------
