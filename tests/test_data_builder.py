@@ -612,14 +612,14 @@ def test_builder_rejects_bad_settings_before_any_work(settings, message):
         B.OfflineDatasetBuilder(tokenizer="never loaded", **settings).build(SMALL)
 
 
-# All 18 CHAMP settings = load_default_offline_dataset(): about 5 minutes on one core, so it runs only
+# All 18 CHAMP settings = load_default_offline_dataset(): 1.5 to 5 minutes on one core, so it runs only
 # when TRL_EXPLORE_FULL_CHAMP=1 is set (the numbers come from such a run).
 CHAMP_ALL_TABLE = {
     # teacher: (valid, judged, correct, too_long, duplicates, truncated, unjudged)
-    "GPT-3.5": (540, 2968, 540, 0, 1429, 154, 309),
-    "GPT-4": (823, 3033, 823, 0, 1482, 31, 314),
-    "GPT-4 Turbo": (961, 3010, 961, 0, 1466, 76, 308),
-    "PaLM 2 Medium": (385, 3051, 385, 0, 1494, 0, 315),
+    "GPT-3.5": (418, 2968, 418, 0, 1429, 154, 309),
+    "GPT-4": (638, 3033, 638, 0, 1482, 31, 314),
+    "GPT-4 Turbo": (789, 3010, 789, 0, 1466, 76, 308),
+    "PaLM 2 Medium": (233, 3051, 233, 0, 1494, 0, 315),
 }
 
 
@@ -635,4 +635,4 @@ def test_champ_all_settings_table(tmp_path):
     }
     assert table == CHAMP_ALL_TABLE
     assert sum(judged + dup + cut + unjudged for _, judged, _, _, dup, cut, unjudged in table.values()) == 270 * 72
-    assert (saved["without_valid"], dataset["train"].num_rows, dataset["test"].num_rows) == (29, 219, 24)
+    assert (saved["without_valid"], dataset["train"].num_rows, dataset["test"].num_rows) == (48, 219, 24)
