@@ -55,6 +55,12 @@ def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
         dataset = dataset.filter(lambda row: len(row[column]) >= script_args.min_offline_completions)
     if script_args.max_train_samples is not None:
         dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(
+            f"no training prompt left in {script_args.dataset_name!r} after filtering (min_offline_completions="
+            f"{script_args.min_offline_completions}; with CHAMP, teacher trajectories must fit in max_completion_length="
+            f"{training_args.max_completion_length} tokens): lower min_offline_completions or raise max_completion_length"
+        )
     return dataset
 
 

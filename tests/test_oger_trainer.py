@@ -181,3 +181,60 @@ def test_entropy_recorder_matches_teacher_forced_entropy(smollm2_tokenizer):
     assert torch.allclose(steps, entropy_from_logits(logits), atol=1e-4)
     assert torch.allclose(rec.last_token_entropy(torch.tensor([5, 2])), torch.stack([steps[0, 4], steps[1, 1]]))
     assert not model.get_output_embeddings()._forward_hooks  # hook removed
+
+
+@pytest.mark.parametrize(
+    ("row_update", "message"),
+    [
+        ({"offline_completions": TEACHER_A}, "must be a list of strings"),
+        ({"offline_completions": [TEACHER_A, 3]}, "offline trajectory 1 of 'offline_completions' is int"),
+        ({"offline_teachers": ["only-one"]}, "expected a list of 2 teacher names"),
+        ({"prompt": 7}, "'prompt' must be a non-empty string"),
+    ],
+)
+def test_bad_rows_fail_when_the_trainer_is_built(tmp_path, smollm2_tokenizer, row_update, message):
+    rows = _dataset().to_list()
+    rows[0].update(row_update)
+    bad = rows  # a list of rows: arrow could not even store some of these; the check runs before TRL reads it
+    with pytest.raises(ValueError, match=message) as err:
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=bad,
+                    processing_class=smollm2_tokenizer)
+    assert "training row 0" in str(err.value)
+
+
+def test_missing_offline_column_fails_when_the_trainer_is_built(tmp_path, smollm2_tokenizer):
+    bad = _dataset().remove_columns(["offline_completions"])
+    with pytest.raises(ValueError, match="training row 0 has no column 'offline_completions'"):
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=bad,
+                    processing_class=smollm2_tokenizer)
+
+
+def test_ablation_switches_apply_to_user_reward_functions(tmp_path, smollm2_tokenizer):
+    from trl_explore import OGERRewardFunction, math_reward
+
+    oger = OGERRewardFunction()
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, oger],
+                          args=_config(tmp_path, use_exploration_reward=False, entropy_refinement=False),
+                          train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+    assert trainer.reward_weights.tolist() == [1.0, 0.0] and oger.entropy_refinement is False
+    with pytest.raises(ValueError, match="non-zero weight"):
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, OGERRewardFunction()],
+                    args=_config(tmp_path, use_exploration_reward=False, reward_weights=[1.0, 1.0]),
+                    train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+
+
+@pytest.mark.parametrize("gamma", [0.0, -1.0, float("nan"), float("inf")])
+def test_config_rejects_non_finite_gamma(tmp_path, gamma):
+    with pytest.raises(ValueError, match="policy_shaping_gamma"):
+        _config(tmp_path, policy_shaping_gamma=gamma)
+
+
+def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smollm2_tokenizer):
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=_dataset(),
+                          processing_class=smollm2_tokenizer)
+    rows = [{"prompt": [{"role": "user", "content": "1 + 1?"}], "answer": "2"}] * 4
+    trainer.model.eval()
+    assert trainer._offline_for_group(rows, range(4)) == ([], [], None)
+    trainer.model.train()
+    with pytest.raises(ValueError, match="no column 'offline_completions'"):
+        trainer._offline_for_group(rows, range(4))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -111,6 +112,8 @@ class OGERConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if isinstance(self.num_replacements, bool) or not isinstance(self.num_replacements, int):
+            raise TypeError(f"num_replacements must be an int, got {self.num_replacements!r}")
         if self.num_replacements < 0 or self.num_replacements >= self.num_generations:
             raise ValueError(
                 f"num_replacements must be in [0, num_generations - 1] = [0, {self.num_generations - 1}], "
@@ -124,8 +127,11 @@ class OGERConfig(GRPOConfig):
             )
         if self.last_token not in LAST_TOKEN_CHOICES:
             raise ValueError(f"last_token must be one of {LAST_TOKEN_CHOICES}, got {self.last_token!r}")
-        if self.policy_shaping_gamma <= 0:
-            raise ValueError(f"policy_shaping_gamma must be > 0, got {self.policy_shaping_gamma}")
+        if not (math.isfinite(self.policy_shaping_gamma) and self.policy_shaping_gamma > 0):
+            raise ValueError(f"policy_shaping_gamma must be a finite number > 0, got {self.policy_shaping_gamma}")
+        for name in ("use_exploration_reward", "entropy_refinement", "loss_remove_clip"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         # Groups are chosen from on each process: a process must hold whole groups (SPEC §5).
         per_process = self.per_device_train_batch_size * self.steps_per_generation
         if per_process % self.num_generations != 0:

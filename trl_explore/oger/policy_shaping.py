@@ -8,6 +8,8 @@ the behaviour probability taken as 1, no clipping and no importance ratio. Its g
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -28,8 +30,8 @@ def policy_shaping_per_token_loss(per_token_logps: torch.Tensor, advantages: tor
     Raises:
         ValueError: if ``gamma <= 0``.
     """
-    if gamma <= 0:
-        raise ValueError(f"policy shaping gamma must be > 0, got {gamma}")
+    if not (math.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"policy shaping gamma must be a finite number > 0, got {gamma}")
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
     p = torch.exp(per_token_logps)

@@ -33,6 +33,55 @@ from trl_explore.rewards.math_verify_reward import completion_text
 logger = logging.getLogger(__name__)
 
 
+def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset row"):
+    """Validate one dataset row's offline fields; return ``(texts, teachers, stored_embeddings)``.
+
+    Args:
+        row: a dataset row with ``args.offline_completions_column`` (list of str, possibly empty), and
+            optionally ``args.offline_teachers_column`` (list of str, same length) and
+            ``args.offline_embeddings_column`` (``[M][d]`` floats).
+        args: the trainer's :class:`OGERConfig` (column names).
+        row_name: how errors name the row (e.g. ``"training row 3"``).
+
+    Returns:
+        ``texts`` (list of str), ``teachers`` (list of str; ``"offline"`` when the column is absent) and the
+        stored embeddings or None.
+
+    Raises:
+        ValueError: a column is missing, is not a list, holds a non-string, or the lengths differ.
+    """
+    col, teachers_col = args.offline_completions_column, args.offline_teachers_column
+    if col not in row:
+        raise ValueError(
+            f"{row_name} has no column {col!r} (the prompt's offline trajectories); columns: {sorted(row)}. "
+            f"Set OGERConfig.offline_completions_column or build the dataset with trl_explore.data"
+        )
+    texts = row[col] if row[col] is not None else []
+    if not isinstance(texts, (list, tuple)):
+        raise ValueError(f"{row_name}: {col!r} must be a list of strings, got {type(texts).__name__}")
+    for j, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {type(text).__name__}, expected str")
+    teachers = row.get(teachers_col)
+    teachers = ["offline"] * len(texts) if teachers is None else teachers
+    if not isinstance(teachers, (list, tuple)) or len(teachers) != len(texts):
+        raise ValueError(
+            f"{row_name} has {len(texts)} offline trajectories but {teachers_col!r} is {teachers!r:.80}: "
+            f"expected a list of {len(texts)} teacher names"
+        )
+    return list(texts), [str(t) for t in teachers], row.get(args.offline_embeddings_column)
+
+
+def _check_prompt(row: dict, row_name: str) -> None:
+    prompt = row.get("prompt")
+    is_messages = isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt)
+    if not ((isinstance(prompt, str) and prompt) or is_messages):
+        raise ValueError(
+            f"{row_name}: 'prompt' must be a non-empty string or a list of {{'role', 'content'}} messages, "
+            f"got {prompt!r:.80}"
+        )
+
+
 class OGERTrainer(GRPOTrainer):
     """GRPO with OGER (offline-guided exploration reward) on multi-teacher offline data.
 
@@ -68,13 +117,30 @@ class OGERTrainer(GRPOTrainer):
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
-        if reward_funcs is None:
-            from trl_explore.rewards.math_verify_reward import math_reward
-            from trl_explore.rewards.oger_reward import OGERRewardFunction
+        from trl_explore.rewards.math_verify_reward import math_reward
+        from trl_explore.rewards.oger_reward import OGERRewardFunction
 
-            reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward, entropy_refinement=args.entropy_refinement)]
-            if args.reward_weights is None:
-                args.reward_weights = [1.0, 1.0 if args.use_exploration_reward else 0.0]
+        if reward_funcs is None:
+            reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)]
+        reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        # The ablation switches act on every OGERRewardFunction, also on ones the user passed.
+        is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]
+        for func, oger in zip(reward_funcs, is_oger):
+            if oger:
+                func.entropy_refinement = args.entropy_refinement
+        if args.reward_weights is None:
+            args.reward_weights = [0.0 if oger and not args.use_exploration_reward else 1.0 for oger in is_oger]
+        elif not args.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
+            raise ValueError(
+                "use_exploration_reward=False ('w/o Reward') but reward_weights gives the OGER reward a non-zero "
+                f"weight: {args.reward_weights}"
+            )
+        train_dataset = kwargs.get("train_dataset")
+        if train_dataset is not None and not hasattr(train_dataset, "__len__"):
+            train_dataset = None  # an IterableDataset: rows are checked as they arrive
+        for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
+            _check_prompt(train_dataset[i], f"training row {i}")
+            offline_trajectories(train_dataset[i], args, f"training row {i}")
         super().__init__(model, reward_funcs, args=args, **kwargs)
         if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
             self.epsilon_low = self.epsilon_high = float("inf")
@@ -84,6 +150,7 @@ class OGERTrainer(GRPOTrainer):
             batch_size=args.embedding_batch_size,
             long_text_mode=args.embedding_long_text_mode,
         )
+        _ = self.encoder.dim  # load the embedding model now: a wrong name fails here, not after the first rollout
         self._oger_rows = None  # the batch rows of the current generation call
         self._oger_is_offline = None  # [B] bool of the current generation call
         self._oger_forward = None  # capture slot for the policy forward inside _compute_loss
@@ -202,7 +269,6 @@ class OGERTrainer(GRPOTrainer):
 
     def _offline_for_group(self, rows, group):
         """The group's teacher trajectories, their teacher names and ``[M, d]`` embeddings (cached)."""
-        col = self.args.offline_completions_column
         first = rows[group[0]]
         for i in group:
             if rows[i].get("prompt") != first.get("prompt"):
@@ -210,31 +276,21 @@ class OGERTrainer(GRPOTrainer):
                     f"rows {group[0]} and {i} of this process's batch belong to different prompts: OGER needs each "
                     f"group of num_generations consecutive rows to hold one prompt"
                 )
-        if col not in first:
-            raise ValueError(
-                f"dataset row has no column {col!r} (the prompt's offline trajectories); columns: {sorted(first)}. "
-                f"Set OGERConfig.offline_completions_column or build the dataset with trl_explore.data"
-            )
-        texts = first[col] or []
-        for j, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise ValueError(f"offline trajectory {j} of a row of {col!r} is {type(t).__name__}, expected str")
-        teachers = list(first.get(self.args.offline_teachers_column) or ["offline"] * len(texts))
-        if len(teachers) != len(texts):
-            raise ValueError(
-                f"row has {len(texts)} offline trajectories but {len(teachers)} entries in "
-                f"{self.args.offline_teachers_column!r}"
-            )
+        if self.args.offline_completions_column not in first and not self.model.training:
+            return [], [], None  # an evaluation set without teachers: divergence 0, nothing to replace
+        texts, teachers, stored = offline_trajectories(first, self.args)
         if not texts:
             return [], [], None
-        stored = first.get(self.args.offline_embeddings_column)
-        if stored is not None and len(stored) == len(texts):
+        if stored is not None:
             emb = torch.as_tensor(stored, dtype=torch.float32)
-            if emb.size(1) != self.encoder.dim:
+            if emb.dim() != 2 or emb.size(0) != len(texts) or emb.size(1) != self.encoder.dim:
                 raise ValueError(
-                    f"column {self.args.offline_embeddings_column!r} holds {emb.size(1)}-d embeddings but the "
-                    f"embedding model {self.encoder.model_name_or_path!r} gives {self.encoder.dim}-d ones"
+                    f"column {self.args.offline_embeddings_column!r} holds embeddings of shape {tuple(emb.shape)} "
+                    f"for {len(texts)} trajectories; the embedding model {self.encoder.model_name_or_path!r} gives "
+                    f"{self.encoder.dim}-d ones: expected ({len(texts)}, {self.encoder.dim})"
                 )
+            if not torch.isfinite(emb).all():
+                raise ValueError(f"column {self.args.offline_embeddings_column!r} holds NaN or infinite values")
         else:
             emb = self.encoder.encode_cached(texts)
         return texts, teachers, emb
