@@ -81,8 +81,11 @@ def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: Mo
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    # TRL's model card (tags, base model when it is a Hub id, paper citation) with the training data named
+    dataset_name = script_args.dataset_name  # "champ": the embedded CHAMP set (PyPI package champ-dataset)
+    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=dataset_name)
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.push_to_hub(dataset_name=dataset_name)
     if trainer.accelerator.is_main_process:
         logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith("oger/")}
         print(f"[train_oger] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; "

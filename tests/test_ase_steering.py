@@ -216,7 +216,7 @@ def test_find_decoder_layers_through_wrappers(llama):
     assert find_decoder_layers(OptimizedModule(DistributedDataParallel(llama))) is layers
     with pytest.raises(ValueError, match="decoder layers of Linear"):
         find_decoder_layers(nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="`layer`=2 is out of range"):
+    with pytest.raises(ValueError, match="steering layer 2 is out of range.*valid: 0 to 1"):
         ActivationSteeringGenerator(llama, layer=2)
     with pytest.raises(ValueError, match="layer"):
         ActivationSteeringGenerator(llama, layer=-1)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,14 @@ import pytest
 def test_two_processes_keep_groups_intact(tmp_path):
     script = Path(__file__).parent / "scripts" / "oger_two_process.py"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     # `--multi_gpu` selects accelerate's torchrun launcher; without GPUs the processes use gloo on the CPU
     # (`--cpu` would select the single-process launcher, or mpirun).
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-           "29517", str(script), str(tmp_path)]
+           str(port), str(script), str(tmp_path)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 

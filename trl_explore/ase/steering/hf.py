@@ -200,7 +200,10 @@ class ActivationSteeringGenerator(SteeringBackend):
         """
         layers = find_decoder_layers(self.model if model is None else model)
         if self.layer >= len(layers):
-            raise ValueError(f"`layer`={self.layer} is out of range: the model has {len(layers)} decoder layers")
+            raise ValueError(
+                f"steering layer {self.layer} is out of range: the model has {len(layers)} decoder layers "
+                f"(valid: 0 to {len(layers) - 1}; ASEConfig.steering_layer)"
+            )
         return layers[self.layer]
 
     @contextmanager
