@@ -490,3 +490,17 @@ def test_unboxed_text_needs_an_answer_anchor(completion, gold, expected):
 def test_extract_answer_ignores_unanchored_words():
     assert extract_answer("no idea") is None
     assert extract_answer("The answer is 12.") == "12"
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("Some work.\n\nTherefore, n mod 1982 is 0.", "0", True),
+        ("Thus the smallest value is \\(\\frac{1}{3}\\), and this occurs when \\(a = b = c\\).", "1/3", True),
+        # the concluding sentence must end the text, complete: a cut-off ramble that mentions the value is not one
+        ("So we have two cases: x^2 + 1 = 0 or x^2 + 1 = 1.\n\nIf x^2 + 1 = 0, then n + 1 is always 0 modulo", "0", False),
+        ("Therefore, the value is 0. But wait, let me check the other case", "0", False),
+    ],
+)
+def test_concluding_sentence_rule(completion, gold, expected):
+    assert verify_answer(completion, gold) is expected

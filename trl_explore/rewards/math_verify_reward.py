@@ -671,19 +671,24 @@ _CONCLUSION = re.compile(r"(?:^|[.!?:]\s+|\n)\s*(?:Therefore|Thus|Hence|In concl
 _COPULA = re.compile(r"\s(?:is|are|equals|is equal to|=)\s")
 _CLAUSE_END = re.compile(r"[,;]\s+(?:and|which|where|when|while|since|because|as|so|with|for|this|that)\b")
 _MAX_CONCLUSION_CHARS = 400
+_SENTENCE_BREAK = re.compile(r"[.!?]\s+[A-Z]|\n\s*\n")
 
 
 def conclusion_answer_text(text: str) -> str | None:
     """What follows the first copula of the last concluding sentence of ``text``, or None.
 
     "... Therefore, the limit exists and is equal to 2." gives "equal to 2."; a sentence must start
-    with Therefore / Thus / Hence / In conclusion / Consequently / So and be the last one of the text.
+    with Therefore / Thus / Hence / In conclusion / Consequently / So, be the last one of the text and be
+    complete (a cut-off completion has no concluding sentence).
     A trailing clause (", and this occurs when a = b = c") is cut off.
     """
     starts = [m.end() for m in _CONCLUSION.finditer(text)]
     if not starts or len(text) - starts[-1] > _MAX_CONCLUSION_CHARS:
         return None
-    sentence = text[starts[-1] :]
+    sentence = text[starts[-1] :].rstrip()
+    # one complete sentence that ends the text: not cut off, and no further sentence after it
+    if not sentence.endswith((".", "!", "$", ")", "]")) or _SENTENCE_BREAK.search(sentence[:-1]):
+        return None
     copula = _COPULA.search(sentence)
     if copula is None:
         return None
