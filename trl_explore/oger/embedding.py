@@ -62,6 +62,8 @@ class TrajectoryEncoder:
 
     @property
     def model(self):
+        """The ``SentenceTransformer``, loaded on first access (raises what sentence-transformers raises for a
+        missing or unreachable model)."""
         if self._model is None:
             from sentence_transformers import SentenceTransformer  # heavy import, on first use only
 
