@@ -238,3 +238,17 @@ def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smo
     trainer.model.train()
     with pytest.raises(ValueError, match="no column 'offline_completions'"):
         trainer._offline_for_group(rows, range(4))
+
+
+def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_tokenizer, monkeypatch):
+    """num_replacements=0 and no exploration reward: no embedding, no entropy hook (GRPO's cost)."""
+    args = _config(tmp_path, num_replacements=0, use_exploration_reward=False, max_steps=1)
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=_dataset(),
+                          processing_class=smollm2_tokenizer)
+    monkeypatch.setattr(trainer.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
+    monkeypatch.setattr(trainer.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
+    monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda model: pytest.fail("entropy hook"))
+    trainer.train()
+    history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert history["oger/offline_fraction"] == 0.0
+    assert "oger/divergence_mean" not in history and "oger/last_token_entropy_mean" not in history

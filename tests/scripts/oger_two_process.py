@@ -24,9 +24,9 @@ records = []
 
 
 class RecordingOGERTrainer(OGERTrainer):
-    def _offline_for_group(self, rows, group):
+    def _offline_for_group(self, rows, group, need_embeddings=True):
         records.append({"step": self.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
-        return super()._offline_for_group(rows, group)
+        return super()._offline_for_group(rows, group, need_embeddings)
 
 
 original = oger_trainer_module.select_replacements

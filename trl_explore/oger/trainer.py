@@ -197,7 +197,16 @@ class OGERTrainer(GRPOTrainer):
     def _generate(self, prompts):
         # Overrides GRPOTrainer._generate: the online completions come back from TRL, then OGER computes
         # divergence and last-token entropy and builds the hybrid groups before any reward is computed.
-        recorder = self._entropy_recorder()
+        mode = "train" if self.model.training else "eval"
+        num_replace = self.args.num_replacements if mode == "train" else 0
+        # What this step needs: the divergence feeds the exploration reward (also logged, with weight 0, in
+        # the "w/o Reward" ablation) and the lowest-divergence replacement; H_last refines that reward. With
+        # no replacement and no reward nothing is computed, so OGERTrainer then costs what GRPOTrainer costs.
+        need_divergence = self.args.use_exploration_reward or (
+            num_replace > 0 and self.args.replacement_rule == "lowest_divergence"
+        )
+        need_entropy = need_divergence and self.args.entropy_refinement
+        recorder = self._entropy_recorder() if need_entropy else nullcontext()
         with recorder:
             (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = (
                 super()._generate(prompts)
@@ -205,7 +214,6 @@ class OGERTrainer(GRPOTrainer):
         rows = self._oger_rows
         if rows is None or len(rows) != len(completion_ids):
             raise RuntimeError("OGERTrainer._generate must be called from _generate_and_score_completions")
-        mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         num_rows = len(completion_ids)
         if num_rows % group_size != 0:
@@ -217,31 +225,35 @@ class OGERTrainer(GRPOTrainer):
         if self.args.last_token == "before_eos":
             ends_eos = torch.tensor([len(c) > 1 and c[-1] in self.eos_token_ids for c in completion_ids])
             last_pos = last_pos - ends_eos.long()
-        if isinstance(recorder, LastTokenEntropyRecorder):
+        if not need_entropy:
+            entropy = None
+        elif isinstance(recorder, LastTokenEntropyRecorder):
             entropy = recorder.last_token_entropy(last_pos.clamp(min=1))
         else:
             entropy = last_token_values(self._forward_last_token_entropy(prompt_ids, completion_ids), last_pos.clamp(min=1))
 
         # Divergence (Eq. 1-5) and hybrid replacement (§3.2), group by group
-        online_emb = self.encoder.encode([completion_text(c) for c in completions])
-        num_replace = self.args.num_replacements if mode == "train" else 0
+        online_emb = self.encoder.encode([completion_text(c) for c in completions]) if need_divergence else None
         rng = torch.Generator().manual_seed(
             self.args.seed * 1_000_003 + self.state.global_step * 1_009 + self.accelerator.process_index
         )  # a function of the step: replacement draws replay exactly after resuming from a checkpoint
         is_offline = [False] * num_rows
         teacher: list[str | None] = [None] * num_rows
         div_values: list[float | None] = [0.0] * num_rows
-        entropy_values: list[float | None] = entropy.tolist()
+        entropy_values: list[float | None] = entropy.tolist() if entropy is not None else [None] * num_rows
         eos_id = self._tokenizer.eos_token_id
         num_truncated = 0
         for start in range(0, num_rows, group_size):
             group = range(start, start + group_size)
-            offline_texts, teachers, offline_emb = self._offline_for_group(rows, group)
+            offline_texts, teachers, offline_emb = self._offline_for_group(rows, group, need_divergence)
             if not offline_texts:
                 continue  # no teacher for this prompt: all N online completions are kept
-            d = divergence(online_emb[start : start + group_size], offline_emb)
-            for i in group:
-                div_values[i] = float(d[i - start])
+            if need_divergence:
+                d = divergence(online_emb[start : start + group_size], offline_emb)
+                for i in group:
+                    div_values[i] = float(d[i - start])
+            else:  # random replacement or none: the divergence is never looked at
+                d = torch.zeros(group_size)
             chosen = select_replacements(d, num_replace, self.args.replacement_rule, rng)
             picks = sample_offline_indices(len(offline_texts), len(chosen), rng)
             for local, j in zip(chosen.tolist(), picks):
@@ -264,11 +276,12 @@ class OGERTrainer(GRPOTrainer):
         extra_fields.update(
             is_offline=is_offline, teacher=teacher, oger_divergence=div_values, last_token_entropy=entropy_values
         )
-        self._log_generation_metrics(mode, div_values, entropy_values, is_offline, num_truncated)
+        self._log_generation_metrics(mode, div_values, entropy_values, is_offline, num_truncated, need_divergence)
         return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images
 
-    def _offline_for_group(self, rows, group):
-        """The group's teacher trajectories, their teacher names and ``[M, d]`` embeddings (cached)."""
+    def _offline_for_group(self, rows, group, need_embeddings: bool = True):
+        """The group's teacher trajectories, their teacher names and ``[M, d]`` embeddings (cached; None when
+        ``need_embeddings`` is False)."""
         first = rows[group[0]]
         for i in group:
             if rows[i].get("prompt") != first.get("prompt"):
@@ -281,6 +294,8 @@ class OGERTrainer(GRPOTrainer):
         texts, teachers, stored = offline_trajectories(first, self.args)
         if not texts:
             return [], [], None
+        if not need_embeddings:
+            return texts, teachers, None
         if stored is not None:
             emb = torch.as_tensor(stored, dtype=torch.float32)
             if emb.dim() != 2 or emb.size(0) != len(texts) or emb.size(1) != self.encoder.dim:
@@ -295,13 +310,14 @@ class OGERTrainer(GRPOTrainer):
             emb = self.encoder.encode_cached(texts)
         return texts, teachers, emb
 
-    def _log_generation_metrics(self, mode, div_values, entropy_values, is_offline, num_truncated):
+    def _log_generation_metrics(self, mode, div_values, entropy_values, is_offline, num_truncated, need_divergence):
         device = self.accelerator.device
         online = [i for i, off in enumerate(is_offline) if not off]
+        has_entropy = bool(online) and entropy_values[online[0]] is not None  # the same on every process
         stats = torch.tensor(
             [
                 sum(div_values[i] for i in online),
-                sum(entropy_values[i] for i in online),
+                sum(entropy_values[i] for i in online) if has_entropy else 0.0,
                 float(len(online)),
                 float(sum(is_offline)),
                 float(len(is_offline)),
@@ -311,8 +327,10 @@ class OGERTrainer(GRPOTrainer):
             device=device,
         )
         div_sum, ent_sum, n_online, n_offline, n_all, n_cut = self.accelerator.reduce(stats, reduction="sum").tolist()
-        self._metrics[mode]["oger/divergence_mean"].append(div_sum / max(n_online, 1.0))
-        self._metrics[mode]["oger/last_token_entropy_mean"].append(ent_sum / max(n_online, 1.0))
+        if need_divergence:
+            self._metrics[mode]["oger/divergence_mean"].append(div_sum / max(n_online, 1.0))
+        if has_entropy:
+            self._metrics[mode]["oger/last_token_entropy_mean"].append(ent_sum / max(n_online, 1.0))
         self._metrics[mode]["oger/offline_fraction"].append(n_offline / max(n_all, 1.0))
         # teacher trajectories longer than max_completion_length lose their ending (and usually their answer)
         self._metrics[mode]["oger/offline_truncated_fraction"].append(n_cut / max(n_offline, 1.0))

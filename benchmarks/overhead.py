@@ -1,0 +1,478 @@
+"""Per-step overhead of OGER and ASE-GRPO over TRL's ``GRPOTrainer``, as ratios measured in ONE run (SPEC §7).
+
+Run (package installed, e.g. ``pip install -e .``; CPU only, offline):
+``python benchmarks/overhead.py [--repeats 3] [--steps 3] [--model tiny|embedded|both] [--max-completion-length 48]``
+(defaults: about 5-8 minutes on 2 CPU cores with the tiny model).
+
+Variants (same seed, data, model initialisation and config; only the trainer class / switches differ):
+
+* ``grpo``:           TRL ``GRPOTrainer``, reward ``trl_explore.math_reward``.
+* ``oger_off``:       ``OGERTrainer`` with both OGER parts off (``num_replacements=0``, ``use_exploration_reward=False``).
+* ``oger_noreward``:  ``OGERTrainer`` with replacement kept and the OGER reward off (``use_exploration_reward=False``).
+* ``oger_full``:      ``OGERTrainer`` with its defaults (replacement + OGER reward).
+* ``ase``:            ``ASEGRPOTrainer`` with a bank of random unit vectors loaded before training, so every
+                      training rollout batch is steered from step 1 on.
+
+Protocol: for each repeat ``r`` the variants run interleaved (``grpo, oger_off, ..., ase, grpo, ...``); each run
+builds a fresh model (same seed) and trainer and trains ``1 + steps`` optimizer steps; step 1 is warm-up and is
+dropped. Timings per step:
+
+* ``step_time``: TRL's own metric (``GRPOTrainer.training_step``: generation, rewards, scoring, loss, backward;
+  no optimizer step, no callbacks), read from ``trainer.state.log_history`` (``logging_steps=1``).
+* ``wall``: time between successive ``on_step_end`` callbacks (everything: optimizer step, logging, callbacks).
+* phases: TRL's ``profiling_context`` timings (``profiling/Time taken: ...``; TRL only sends them to
+  wandb/mlflow/trackio, so they are captured here by wrapping ``ProfilingContext._log_metrics``), plus a few
+  method timers on the subclasses (OGER encoder / last-token entropy, ASE bank update / readouts).
+
+Generation is forced to full length (``min_new_tokens = max_completion_length``) so that every variant does
+the same amount of decoding; ``--no-force-length`` turns this off (``completions/mean_length`` is reported).
+
+Ratios: median step time of a variant over the median of its baseline, plus min-max of the per-repeat ratios
+(ratio of the per-repeat means), which shows how much of a difference is noise on a shared host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+VARIANTS = ["grpo", "oger_off", "oger_noreward", "oger_full", "ase"]
+
+# (name, numerator, denominator, kind, target) ; kind "max": ratio <= target; "throughput": den/num >= target
+TARGETS = [
+    ("OGER full / OGER reward-off (replacement kept)", "oger_full", "oger_noreward", "max", 1.03),
+    ("ASE / GRPO (step time)", "ase", "grpo", "max", 1.02),
+    ("OGER both-off throughput / GRPO throughput", "oger_off", "grpo", "throughput", 0.98),
+]
+INFO_RATIOS = [
+    ("OGER reward-off / OGER both-off (cost of replacement)", "oger_noreward", "oger_off"),
+    ("OGER full / GRPO", "oger_full", "grpo"),
+]
+
+
+# ----------------------------------------------------------------------------------------------- data / model
+def synthetic_dataset(num_prompts: int) -> Dataset:
+    """Arithmetic prompts with two short, correct teacher trajectories each (distinct texts for every prompt)."""
+    rows = []
+    for i in range(num_prompts):
+        a, b = 3 + 7 * i, 11 + 5 * i
+        s = a + b
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"What is {a} + {b}? Put the final answer in \\boxed{{}}."}],
+                "answer": str(s),
+                "offline_completions": [
+                    f"We add the two numbers: {a} + {b} = {s}. The answer is \\boxed{{{s}}}.",
+                    f"Start from {a} and count up {b} more, which gives {s}. So the result is \\boxed{{{s}}}.",
+                ],
+                "offline_teachers": ["teacher-a", "teacher-b"],
+                "problem_id": f"p{i}",
+            }
+        )
+    return Dataset.from_list(rows)
+
+
+def load_tokenizer():
+    from transformers import AutoTokenizer
+
+    from trl_explore.defaults import default_policy_path
+
+    return AutoTokenizer.from_pretrained(default_policy_path())
+
+
+def make_model(kind: str, tokenizer, seed: int):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    if kind == "embedded":
+        from trl_explore.defaults import default_policy_path
+
+        model = AutoModelForCausalLM.from_pretrained(default_policy_path(), torch_dtype=torch.float32)
+    else:  # same as tests/conftest.py::make_tiny_causal_lm (2 layers, hidden 64, real 49k vocabulary)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+        )
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+# ----------------------------------------------------------------------------------------------- timing hooks
+class _PhaseSink:
+    """Collects ``(global_step, name, seconds)`` for the run in progress."""
+
+    def __init__(self):
+        self.records: list[tuple[int, str, float]] = []
+        self.trainer = None
+
+    def add(self, name: str, seconds: float, step: int | None = None):
+        if step is None:
+            step = self.trainer.state.global_step if self.trainer is not None else -1
+        self.records.append((int(step) if step is not None else -1, name, seconds))
+
+
+SINK = _PhaseSink()
+
+
+def _install_profiling_capture():
+    from trl.extras import profiling
+
+    original = profiling.ProfilingContext._log_metrics
+
+    def capture(self, duration):
+        # "GRPOTrainer.transformers.generate" -> "transformers.generate": same row for every trainer class
+        name = self.name.split(".", 1)[1] if self.name.split(".", 1)[0].endswith("Trainer") else self.name
+        SINK.add(name, duration, self.step)
+        return original(self, duration)
+
+    profiling.ProfilingContext._log_metrics = capture
+
+
+def _wrap_timer(obj, attr: str, label: str):
+    fn = getattr(obj, attr, None)
+    if fn is None or not callable(fn):
+        return
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SINK.add(label, time.perf_counter() - t0)
+
+    setattr(obj, attr, timed)
+
+
+class _StepClock(TrainerCallback):
+    def __init__(self):
+        self.ends: list[float] = []
+        self.t_begin = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t_begin = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+
+# ----------------------------------------------------------------------------------------------- one run
+def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, clock):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer, math_reward
+
+    common = dict(
+        output_dir=out_dir,
+        per_device_train_batch_size=a.batch_size,
+        num_generations=a.num_generations,
+        max_completion_length=a.max_completion_length,
+        max_steps=1 + a.steps,
+        learning_rate=1e-5,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=a.seed,
+        data_seed=a.seed,
+        log_completions=False,
+        disable_tqdm=True,
+    )
+    if a.force_length:
+        common["generation_kwargs"] = {"min_new_tokens": a.max_completion_length}
+    kw = dict(train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+    if variant == "grpo":
+        trainer = GRPOTrainer(model, reward_funcs=[math_reward], args=GRPOConfig(**common), **kw)
+    elif variant.startswith("oger"):
+        extra = dict(embedding_model="embedded")
+        if variant == "oger_off":
+            extra.update(num_replacements=0, use_exploration_reward=False)
+        elif variant == "oger_noreward":
+            extra.update(use_exploration_reward=False)
+        trainer = OGERTrainer(model, args=OGERConfig(**common, **extra), **kw)
+        _wrap_timer(trainer.encoder, "encode", "oger: encoder.encode (online)")
+        _wrap_timer(trainer.encoder, "encode_cached", "oger: encoder.encode_cached (teachers)")
+        _wrap_timer(trainer, "_forward_last_token_entropy", "oger: _forward_last_token_entropy")
+    elif variant == "ase":
+        trainer = ASEGRPOTrainer(model, reward_funcs=[math_reward], args=ASEConfig(**common), **kw)
+        bank = trainer.bank
+        state = bank.state_dict()
+        g = torch.Generator().manual_seed(a.seed + 17)
+        vecs = torch.randn(bank.num_vectors, bank.hidden_size, generator=g)
+        state["active"] = vecs / vecs.norm(dim=1, keepdim=True)
+        bank.load_state_dict(state)
+        assert trainer.bank.vectors is not None
+        _wrap_timer(trainer, "_ase_update_bank", "ase: _ase_update_bank")
+        _wrap_timer(trainer.bank, "update", "ase: bank.update")
+        _wrap_timer(trainer, "_ase_store_readouts", "ase: _ase_store_readouts")
+        _wrap_timer(trainer, "_plan_routes", "ase: _plan_routes")
+        steering = trainer.steerer.steering
+
+        def counted_steering(*args, **kwargs):  # proves the rollouts were steered (count per step, as "seconds")
+            SINK.add("ase: steered generate calls (count)", 1.0)
+            return steering(*args, **kwargs)
+
+        trainer.steerer.steering = counted_steering
+    else:
+        raise ValueError(variant)
+    return trainer
+
+
+def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
+    clock = _StepClock()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_model(model_kind, tokenizer, a.seed)
+        t0 = time.perf_counter()
+        trainer = build_trainer(variant, model, tokenizer, dataset, tmp, a, clock)
+        t_init = time.perf_counter() - t0
+        SINK.records, SINK.trainer = [], trainer
+        torch.manual_seed(a.seed)
+        t0 = time.perf_counter()
+        trainer.train()
+        t_train = time.perf_counter() - t0
+        SINK.trainer = None
+    logs = [e for e in trainer.state.log_history if "step_time" in e]
+    step_times = [e["step_time"] for e in logs][1:]  # drop warm-up step
+    walls = [b - a_ for a_, b in zip(clock.ends, clock.ends[1:])]  # step 2.. (warm-up excluded)
+    lengths = [e.get("completions/mean_length") for e in logs][1:]
+    phases = defaultdict(float)
+    for step, name, sec in SINK.records:
+        if step >= 1:  # global_step is 0 during the warm-up step
+            phases[name] += sec
+    phases = {k: v / max(1, a.steps) for k, v in phases.items()}  # seconds per measured step
+    extra = {}
+    if variant == "ase":
+        extra["bank_active"] = trainer.bank.vectors is not None
+    del trainer, model
+    return {
+        "variant": variant, "init_s": t_init, "train_s": t_train, "step_time": step_times, "wall": walls,
+        "mean_length": lengths, "phases": phases, **extra,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- summary
+def _stats(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def summarize(runs: list[dict], metric: str) -> dict:
+    out = {}
+    for v in VARIANTS:
+        vals = [x for r in runs if r["variant"] == v for x in r[metric]]
+        if vals:
+            out[v] = _stats(vals)
+    return out
+
+
+def ratio(runs, num, den, metric):
+    """Median ratio (median/median) and min-max over repeats of per-repeat mean ratios."""
+    pooled = summarize(runs, metric)
+    if num not in pooled or den not in pooled:
+        return None
+    per_rep = []
+    reps = sorted({r["repeat"] for r in runs})
+    for rep in reps:
+        n = [x for r in runs if r["repeat"] == rep and r["variant"] == num for x in r[metric]]
+        d = [x for r in runs if r["repeat"] == rep and r["variant"] == den for x in r[metric]]
+        if n and d:
+            per_rep.append(statistics.mean(n) / statistics.mean(d))
+    return {"ratio": pooled[num]["median"] / pooled[den]["median"], "per_repeat": per_rep,
+            "min": min(per_rep), "max": max(per_rep)}
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import transformers
+    import trl
+
+    return {
+        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or os.cpu_count()),
+        "cpu": cpu, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        "transformers": transformers.__version__, "trl": trl.__version__, "python": platform.python_version(),
+    }
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    a = results["args"]
+    lines = [
+        "# OGER / ASE per-step overhead vs TRL GRPOTrainer (CPU)",
+        "",
+        f"Machine: {m['nproc']} CPU cores (`nproc`), {m['cpu']}; torch {m['torch']} ({m['torch_threads']} threads), "
+        f"transformers {m['transformers']}, TRL {m['trl']}, Python {m['python']}.",
+        "",
+        f"Command: `{results['command']}`; total wall time {results['total_wall_s']:.0f} s.",
+        "",
+        f"Config: batch {a['batch_size']} = {a['batch_size'] // a['num_generations']} prompt(s) x "
+        f"{a['num_generations']} generations, max_completion_length {a['max_completion_length']} "
+        f"(forced full length: {a['force_length']}), 1 warm-up + {a['steps']} measured steps per run, "
+        f"{a['repeats']} interleaved repeats, seed {a['seed']}.",
+        "",
+    ]
+    for mk, res in results["models"].items():
+        lines += [f"## Model: {mk}", ""]
+        lines += ["| variant | step_time median (s) | min-max | wall/step median (s) | min-max | "
+                  "mean completion length | init (s) |", "|---|---|---|---|---|---|---|"]
+        st, wl = res["step_time"], res["wall"]
+        for v in VARIANTS:
+            if v not in st:
+                continue
+            lens = [x for r in res["runs"] if r["variant"] == v for x in r["mean_length"] if x is not None]
+            inits = [r["init_s"] for r in res["runs"] if r["variant"] == v]
+            lines.append(
+                f"| {v} | {st[v]['median']:.3f} | {st[v]['min']:.3f}-{st[v]['max']:.3f} | "
+                f"{wl[v]['median']:.3f} | {wl[v]['min']:.3f}-{wl[v]['max']:.3f} | "
+                f"{statistics.mean(lens) if lens else float('nan'):.1f} | {statistics.median(inits):.1f} |"
+            )
+        lines += ["", "| ratio (SPEC §7) | step_time | per-repeat min-max | wall | per-repeat min-max | target | met (step_time) |",
+                  "|---|---|---|---|---|---|---|"]
+        for t in res["targets"]:
+            s, w = t["step_time"], t["wall"]
+            lines.append(
+                f"| {t['name']} | {s['value']:.3f} | {s['min']:.3f}-{s['max']:.3f} | {w['value']:.3f} | "
+                f"{w['min']:.3f}-{w['max']:.3f} | {t['target_text']} | {'yes' if s['met'] else 'NO'} |"
+            )
+        for t in res["info_ratios"]:
+            s, w = t["step_time"], t["wall"]
+            lines.append(
+                f"| {t['name']} | {s['value']:.3f} | {s['min']:.3f}-{s['max']:.3f} | {w['value']:.3f} | "
+                f"{w['min']:.3f}-{w['max']:.3f} | (info) | |"
+            )
+        # rollout latency (SPEC §7: ASE <= 1% over GRPO) and OGER generation, from TRL's generate timer
+        for name, num, den in [("ASE / GRPO rollout latency (`transformers.generate`)", "ase", "grpo"),
+                               ("OGER both-off / GRPO rollout (`transformers.generate`)", "oger_off", "grpo")]:
+            pn = [r["phases"].get("transformers.generate") for r in res["runs"] if r["variant"] == num]
+            pd = [r["phases"].get("transformers.generate") for r in res["runs"] if r["variant"] == den]
+            pn, pd = [x for x in pn if x], [x for x in pd if x]
+            if pn and pd:
+                per = [x / y for x, y in zip(pn, pd)]
+                target = "<= 1.01" if num == "ase" else "(info)"
+                lines.append(f"| {name} | {statistics.median(pn) / statistics.median(pd):.3f} | "
+                             f"{min(per):.3f}-{max(per):.3f} | | | {target} | |")
+        lines += ["", "Per-phase seconds per measured step (median over repeats; TRL `profiling_context` names "
+                  "and subclass method timers; nested phases overlap):", ""]
+        names = sorted({k for r in res["runs"] for k in r["phases"]})
+        lines += ["| phase | " + " | ".join(v for v in VARIANTS if v in st) + " |",
+                  "|---|" + "---|" * len([v for v in VARIANTS if v in st])]
+        for n in names:
+            cells = []
+            for v in VARIANTS:
+                if v not in st:
+                    continue
+                vals = [r["phases"][n] for r in res["runs"] if r["variant"] == v and n in r["phases"]]
+                cells.append(f"{statistics.median(vals):.4f}" if vals else "")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=["tiny", "embedded", "both"], default="tiny")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3, help="measured steps per run (after 1 warm-up step)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--max-completion-length", type=int, default=48)
+    p.add_argument("--no-force-length", dest="force_length", action="store_false")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "overhead_cpu"))
+    p.add_argument("--render", default=None, help="only re-render the markdown from an existing results JSON")
+    a = p.parse_args()
+    if a.render:
+        results = json.loads(pathlib.Path(a.render).read_text())
+        md = markdown(results)
+        pathlib.Path(a.render).with_suffix(".md").write_text(md)
+        print(md)
+        return
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    variants = [v for v in a.variants.split(",") if v]
+    t_all = time.perf_counter()
+    _install_profiling_capture()
+    tokenizer = load_tokenizer()
+    prompts_per_run = (1 + a.steps) * a.batch_size // a.num_generations
+    dataset = synthetic_dataset(max(prompts_per_run, 4))
+    models = ["tiny", "embedded"] if a.model == "both" else [a.model]
+    results = {"machine": machine_info(), "args": vars(a), "command": "python " + " ".join(sys.argv), "models": {}}
+    for mk in models:
+        runs = []
+        for rep in range(a.repeats):
+            for v in variants:
+                r = run_once(v, mk, tokenizer, dataset, a)
+                r["repeat"] = rep
+                runs.append(r)
+                print(f"[{mk} rep {rep}] {v:14s} step_time {statistics.median(r['step_time']):.3f}s "
+                      f"wall {statistics.median(r['wall']):.3f}s init {r['init_s']:.1f}s", flush=True)
+        res = {"runs": runs, "step_time": summarize(runs, "step_time"), "wall": summarize(runs, "wall")}
+        res["targets"], res["info_ratios"] = [], []
+        for name, num, den, kind, target in TARGETS:
+            if num not in variants or den not in variants:
+                continue
+            entry = {"name": name, "num": num, "den": den, "kind": kind, "target": target}
+            for metric in ("step_time", "wall"):
+                rr = ratio(runs, num, den, metric)
+                if kind == "throughput":  # throughput of num relative to den = den time / num time
+                    val, lo, hi = 1 / rr["ratio"], 1 / rr["max"], 1 / rr["min"]
+                    met = val >= target
+                else:
+                    val, lo, hi = rr["ratio"], rr["min"], rr["max"]
+                    met = val <= target
+                entry[metric] = {"value": val, "min": lo, "max": hi, "met": met}
+            entry["target_text"] = f">= {target}" if kind == "throughput" else f"<= {target}"
+            res["targets"].append(entry)
+        for name, num, den in INFO_RATIOS:
+            if num not in variants or den not in variants:
+                continue
+            entry = {"name": name, "num": num, "den": den}
+            for metric in ("step_time", "wall"):
+                rr = ratio(runs, num, den, metric)
+                entry[metric] = {"value": rr["ratio"], "min": rr["min"], "max": rr["max"]}
+            res["info_ratios"].append(entry)
+        results["models"][mk] = res
+    results["total_wall_s"] = time.perf_counter() - t_all
+    out = pathlib.Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
+    md = markdown(results)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
