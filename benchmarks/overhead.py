@@ -200,6 +200,9 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
         data_seed=a.seed,
         log_completions=False,
         disable_tqdm=True,
+        # the same objective for every variant: OGERConfig's default entropy bonus (0.01, OGER App. B) would
+        # otherwise add a backward pass through the per-token entropies that GRPOConfig's 0.0 does not
+        entropy_coef=0.01,
     )
     if a.force_length:
         common["generation_kwargs"] = {"min_new_tokens": a.max_completion_length}
