@@ -360,9 +360,31 @@ def test_config_rejects_bad_values(tmp_path):
     assert config.beta == 0.0 and config.entropy_coef == 0.0  # paper: no KL, no entropy bonus
 
 
+def test_vllm_config_uses_trl_token_truncate_importance_sampling(tmp_path):
+    config = _config(tmp_path, use_vllm=True)  # TRL's defaults (sequence_mask, 3.0) become ASE's TIS
+    assert (config.vllm_importance_sampling_mode, config.vllm_importance_sampling_clip_max) == ("token_truncate", 2.0)
+    config = _config(tmp_path, use_vllm=True, is_cap=1.5)
+    assert config.vllm_importance_sampling_clip_max == 1.5
+    consistent = dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0)
+    assert _config(tmp_path, use_vllm=True, **consistent).vllm_importance_sampling_clip_max == 2.0
+    for bad in (
+        dict(vllm_importance_sampling_mode="sequence_truncate"),
+        dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=3.0),
+        dict(vllm_importance_sampling_correction=False),
+        dict(vllm_importance_sampling_clip_min=0.5),
+    ):
+        with pytest.raises(ValueError, match="vllm_importance_sampling"):
+            _config(tmp_path, use_vllm=True, **bad)
+    untouched = _config(tmp_path)  # without vLLM, TRL's settings are left alone (and unused)
+    assert untouched.vllm_importance_sampling_mode == "sequence_mask"
+
+
 def test_unsupported_setups_raise(tmp_path, smollm2_tokenizer):
-    with pytest.raises(NotImplementedError, match="vLLM"):
-        _trainer(tmp_path, smollm2_tokenizer, use_vllm=True)
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="vLLM"):  # TRL's own message: install vLLM
+            _trainer(tmp_path, smollm2_tokenizer, use_vllm=True)
     with pytest.raises(ValueError, match="steering_layer|out of range"):
         _trainer(tmp_path, smollm2_tokenizer, steering_layer=5)  # the tiny model has 2 blocks
     with pytest.raises(ValueError, match="correctness_reward_index"):

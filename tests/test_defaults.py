@@ -75,6 +75,11 @@ def test_resolve_model_path_passes_other_names_through(name):
     assert defaults.resolve_embedder_path(name) == name
 
 
+def test_resolve_paths_accept_pathlib_paths(tmp_path):
+    assert defaults.resolve_model_path(tmp_path) == str(tmp_path)
+    assert defaults.resolve_embedder_path(defaults.default_embedder_path()) == str(defaults.default_embedder_path())
+
+
 @pytest.mark.parametrize("alias", [None, "embedded", "smollm2", " SmolLM2 "])
 def test_resolve_model_path_aliases(alias):
     assert defaults.resolve_model_path(alias) == str(defaults.default_policy_path())

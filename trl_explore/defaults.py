@@ -267,29 +267,29 @@ def champ_problems() -> list[dict]:
     return problems
 
 
-def resolve_model_path(name_or_path: str | None) -> str:
-    """Map ``None``, ``"embedded"`` or ``"smollm2"`` to :func:`default_policy_path`; return anything else as is.
+def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
+    """Map ``None``, ``"embedded"`` or ``"smollm2"`` to :func:`default_policy_path`; return anything else as a str.
 
     Args:
-        name_or_path: a Hub id, a local folder, ``None`` or an alias (case-insensitive).
+        name_or_path: a Hub id, a local folder (str or path), ``None`` or an alias (case-insensitive).
 
     Returns:
         ``str`` usable with ``from_pretrained``.
     """
-    if name_or_path is None or name_or_path.strip().lower() in POLICY_ALIASES:
+    if name_or_path is None or os.fspath(name_or_path).strip().lower() in POLICY_ALIASES:
         return str(default_policy_path())
-    return name_or_path
+    return os.fspath(name_or_path)
 
 
-def resolve_embedder_path(name_or_path: str | None) -> str:
+def resolve_embedder_path(name_or_path: str | os.PathLike | None) -> str:
     """Map ``None``, ``"embedded"``, ``"minilm"`` or ``"all-minilm-l6-v2"`` to :func:`default_embedder_path`.
 
-    Any other value (a Hub id such as the paper's ``BAAI/bge-large-en-v1.5``, or a local folder)
-    is returned unchanged.
+    Any other value (a Hub id such as the paper's ``BAAI/bge-large-en-v1.5``, or a local folder, str or
+    path) is returned as a str.
     """
-    if name_or_path is None or name_or_path.strip().lower() in EMBEDDER_ALIASES:
+    if name_or_path is None or os.fspath(name_or_path).strip().lower() in EMBEDDER_ALIASES:
         return str(default_embedder_path())
-    return name_or_path
+    return os.fspath(name_or_path)
 
 
 def resolve_model_and_config(model, args, config_cls: type, suffix: str):
@@ -307,7 +307,7 @@ def resolve_model_and_config(model, args, config_cls: type, suffix: str):
     Raises:
         TypeError: ``args`` is not an instance of ``config_cls``.
     """
-    if isinstance(model, str):
+    if isinstance(model, (str, os.PathLike)):
         model = resolve_model_path(model)
     if args is None:
         name = model if isinstance(model, str) else model.config._name_or_path

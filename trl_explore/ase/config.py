@@ -64,6 +64,17 @@ class ASEConfig(GRPOConfig):
         correctness_reward_index (`int`, defaults to `0`):
             Index in `reward_funcs` of the verifier reward `R_m` in {0, 1} that labels rollouts correct
             (`> 0.5`) or incorrect for the bank.
+        vllm_enforce_eager (`bool`, defaults to `False`):
+            Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs). Steering
+            works in both modes; eager starts faster (useful on CPU and in tests), compiled decodes faster.
+
+    vLLM (`use_vllm=True`, colocate mode): the rollouts of all routes are generated in one vLLM call with the
+    steering inside the engine, and vLLM's sampled-token log-probs are the steered (behaviour) ones. ASE's
+    truncated importance weight is then exactly TRL's `vllm_importance_sampling_correction` in
+    `"token_truncate"` mode with `vllm_importance_sampling_clip_max = is_cap`: when TRL's defaults
+    (`"sequence_mask"`, 3.0) are left in place they are replaced by these, and any other choice is an error.
+    TRL applies the weight to every row, so clean rows are also corrected for the (small) vLLM-vs-trainer
+    numerical mismatch, which the HF path does not need.
     """
 
     num_vectors: int = field(default=3, metadata={"help": "K, number of steering routes (bank size)."})
@@ -91,6 +102,10 @@ class ASEConfig(GRPOConfig):
     )
     correctness_reward_index: int = field(
         default=0, metadata={"help": "Index of the verifier reward R_m in reward_funcs."}
+    )
+
+    vllm_enforce_eager: bool = field(
+        default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
 
     # Paper defaults that GRPOConfig already has, restated because the method relies on them (App. B).
@@ -127,3 +142,28 @@ class ASEConfig(GRPOConfig):
             raise ValueError(f"is_cap must be a finite number > 0, got {self.is_cap}")
         if self.correctness_reward_index < 0:
             raise ValueError(f"correctness_reward_index must be >= 0, got {self.correctness_reward_index}")
+        if self.use_vllm:
+            self._use_trl_importance_sampling()
+
+    def _use_trl_importance_sampling(self) -> None:
+        """With vLLM, ASE's token-level TIS is TRL's ``token_truncate`` correction capped at ``is_cap``."""
+        if not self.vllm_importance_sampling_correction:
+            raise ValueError(
+                "ASE-GRPO with use_vllm=True needs vllm_importance_sampling_correction=True: the steered rollouts are "
+                "corrected towards the unsteered policy by TRL's token_truncate importance sampling (ASE paper §3.3)"
+            )
+        mode, cap = self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_max
+        if (mode, cap) == ("sequence_mask", 3.0):  # TRL's defaults: replaced by ASE's token-level TIS
+            self.vllm_importance_sampling_mode = "token_truncate"
+            self.vllm_importance_sampling_clip_max = self.is_cap
+        elif mode != "token_truncate" or cap != self.is_cap:
+            raise ValueError(
+                f"ASE-GRPO with vLLM uses TRL's importance sampling as its truncated IS weight: set "
+                f"vllm_importance_sampling_mode='token_truncate' and vllm_importance_sampling_clip_max=is_cap "
+                f"({self.is_cap}), or leave TRL's defaults; got mode={mode!r}, clip_max={cap}"
+            )
+        if self.vllm_importance_sampling_clip_min not in (None, 0.0):
+            raise ValueError(
+                "ASE-GRPO with vLLM: vllm_importance_sampling_clip_min must be None (the TIS weight is only capped "
+                f"from above), got {self.vllm_importance_sampling_clip_min}"
+            )

@@ -4,10 +4,13 @@ Paper: "Exploration via Activation-Space Steering for Reinforcement Learning wit
 App. B and D). The maths lives in the pure modules of ``trl_explore.ase`` (``bank``, ``routing``,
 ``importance``, ``steering``); this file only wires them into TRL hooks:
 
-* ``_generate_single_turn`` (HF ``generate`` path): the rollouts of each prompt are split over the clean route
-  and the K steering routes; generation runs under ``ActivationSteeringGenerator.steering`` and the log-prob of
+* ``_generate_single_turn``: the rollouts of each prompt are split over the clean route and the K steering
+  routes. HF ``generate`` path: generation runs under ``ActivationSteeringGenerator.steering`` and the log-prob of
   every sampled token under the distribution it was sampled from (the steered one, temperature applied) is
   recorded from the logits ``generate`` computes anyway. TRL stores these as ``sampling_per_token_logps``.
+  vLLM (colocate) path: TRL's vLLM call runs under ``VLLMActivationSteeringGenerator.steering`` (all routes in one
+  call, the steering inside the engine's traced forward); vLLM's sampled-token log-probs are the steered ones, and
+  TRL's ``token_truncate`` importance sampling (capped at ``is_cap``, set by ``ASEConfig``) is the TIS weight.
 * ``_calculate_rewards``: keeps the verifier reward ``R_m`` of every completion (TRL gathers it here).
 * ``_generate_and_score_completions``: adds ``ase_route`` / ``ase_row`` to the batch, logs the route
   diagnostics and prepares the readout buffer of the bank update.
@@ -46,7 +49,10 @@ from trl_explore.ase.importance import truncated_importance_weights
 from trl_explore.ase.routing import balanced_uniform_routes, pairwise_answer_disagreement, per_route_accuracy
 from trl_explore.ase.steering import ActivationSteeringGenerator, readout_positions, steering_offsets, unwrap_model
 from trl_explore.ase.steering.base import block_hidden_states
+from trl_explore.ase.steering.vllm import VLLMActivationSteeringGenerator, steerable_vllm
+from trl_explore.ase.steering.vllm_server import ServerSteering
 from trl_explore.defaults import resolve_model_and_config
+from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +148,13 @@ def _block_readouts(block, input_ids, attention_mask, logits_to_keep: int, fract
         handle.remove()
 
 
+def _max_routes(args: ASEConfig) -> int:
+    """Rows of the vLLM steering table: the clean route plus the most vectors one generate call can use (K, or one
+    per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``)."""
+    rows = args.per_device_train_batch_size * args.steps_per_generation * max(1, args.vllm_tensor_parallel_size)
+    return 1 + (rows if args.bank_control == "unstructured_random" else args.num_vectors)
+
+
 class _ActivateBankAfterStep(TrainerCallback):
     """Promotes the pending bank to active after each optimizer step (paper §3: "a newly estimated bank becomes
     active only after actor optimization")."""
@@ -179,9 +192,15 @@ class ASEGRPOTrainer(GRPOTrainer):
     `ase/cluster_share_{k}`, `ase/temporal_alignment`, `ase/inter_cluster_alignment`, `ase/vector_norm`,
     `ase/bank_update_time`. `log_completions` gets a `route` column.
 
+    vLLM: `use_vllm=True` with `vllm_mode="colocate"` steers inside the colocated engine (eager or compiled); the
+    engine is built steerable by `steerable_vllm` around TRL's construction, and `vllm_steerer` is a
+    `VLLMActivationSteeringGenerator`. With `vllm_mode="server"` the server must run with
+    `TRL_EXPLORE_STEERING_LAYER=<steering_layer>` (the `trl_explore` vLLM plugin) and `vllm_steerer` is a
+    `ServerSteering` that sends each route's vector with its requests. Without vLLM, `vllm_steerer` is None.
+
     Raises:
-        NotImplementedError: vLLM, continuous batching, tools, environments or a custom `rollout_func` (only the
-            HF `generate` path is steered for now).
+        NotImplementedError: continuous batching, tools, environments or a custom `rollout_func`.
+        RuntimeError: server mode against a server that cannot steer.
     """
 
     _tag_names = ["trl", "grpo", "ase-grpo", "activation-steering", "trl-explore"]
@@ -199,11 +218,6 @@ class ASEGRPOTrainer(GRPOTrainer):
         **kwargs,
     ):
         model, args = resolve_model_and_config(model, args, ASEConfig, "ASE-GRPO")
-        if args.use_vllm:
-            raise NotImplementedError(
-                "ASEGRPOTrainer steers the HF `generate` path only for now; vLLM rollouts (one generate call per "
-                "route with a steering hook in the vLLM model) come with a later version. Set use_vllm=False."
-            )
         if args.use_transformers_continuous_batching:
             raise NotImplementedError(
                 "ASEGRPOTrainer does not support continuous batching (per-row steering needs `generate`)"
@@ -223,7 +237,27 @@ class ASEGRPOTrainer(GRPOTrainer):
                 f"correctness_reward_index={args.correctness_reward_index} but there are only {num_funcs} "
                 "reward functions"
             )
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        if args.use_vllm and args.vllm_mode == "server":  # the server steers (plugin); requests carry the vectors
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+            self.vllm_steerer = ServerSteering(self.vllm_generation, self.accelerator, steer_prompt=args.steer_prompt)
+            if self.accelerator.is_main_process:
+                self.vllm_steerer.server_calls()  # fails now if the server cannot steer
+        elif args.use_vllm:  # the steering slot goes into the engine's decoder block before vLLM compiles it
+            with steerable_vllm(layer=args.steering_layer, max_routes=_max_routes(args)), engine_options(
+                enforce_eager=True if args.vllm_enforce_eager else None
+            ):
+                super().__init__(model, reward_funcs, args=args, **kwargs)
+            use_reload_weights_on_cpu(self.vllm_generation)
+            self.vllm_steerer = VLLMActivationSteeringGenerator(
+                self.vllm_generation.llm,
+                layer=args.steering_layer,
+                alpha=args.steering_alpha,
+                steer_prompt=args.steer_prompt,
+                tp_group=getattr(self.vllm_generation, "tp_group", None),
+            )
+        else:
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+            self.vllm_steerer = None
 
         self.steerer = ActivationSteeringGenerator(
             self.model, layer=args.steering_layer, alpha=args.steering_alpha, steer_prompt=args.steer_prompt
@@ -251,8 +285,11 @@ class ASEGRPOTrainer(GRPOTrainer):
         self.add_callback(_ActivateBankAfterStep(self))
         # TRL computes `old_per_token_logps` in a no-grad forward right after generation when generation and the
         # optimizer steps are not aligned; the readouts are then taken from that forward (policy at rollout time).
+        # With vLLM's importance-sampling correction TRL always makes that forward.
         generate_every = args.steps_per_generation * self.num_iterations
-        self._ase_readouts_at_scoring = args.gradient_accumulation_steps % generate_every != 0
+        self._ase_readouts_at_scoring = args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
         self._ase_generation = None  # routes / offsets of the generation call in progress
         self._ase_rewards = None  # R_m and completions of the generation call in progress
         self._ase_scoring = None  # capture slot for TRL's scoring forward
@@ -296,6 +333,20 @@ class ASEGRPOTrainer(GRPOTrainer):
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
             routes, offsets = torch.zeros(num_rows, dtype=torch.long), None
+        elif self.use_vllm:  # vLLM's sampled-token log-probs come from the steered forward: the behaviour ones
+            steering_ids, table, routes = plan
+            offsets = steering_offsets(steering_ids, table.float(), self.steerer.alpha).cpu()  # [B, d]
+            if isinstance(self.vllm_steerer, ServerSteering):
+                keys = steering_ids.clone()
+                if self.args.bank_control == "unstructured_random":  # one vector per rollout: keys unique globally
+                    keys = keys + self.accelerator.process_index * num_rows
+                context = self.vllm_steerer.steering(keys, offsets)
+            else:
+                context = self.vllm_steerer.steering(steering_ids, table)
+            with context:
+                completion_ids, logprobs = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
         else:
             steering_ids, table, routes = plan
             recorder = _SampledTokenLogProbs(self.model, self.temperature)
@@ -503,6 +554,10 @@ class ASEGRPOTrainer(GRPOTrainer):
             and not bool(step["filled"][rows.cpu()].all())
         )
         weigh = mode == "train" and "ase_route" in inputs and "sampling_per_token_logps" in inputs
+        if self.use_vllm:  # TRL's token_truncate importance sampling is the TIS weight (ASEConfig)
+            weigh = False
+            if mode == "train" and "importance_sampling_ratio" in inputs and "ase_route" in inputs:
+                self._log_vllm_is_weights(inputs)
         if not (capture or weigh):
             return super()._compute_loss(model, inputs)
         batch = dict(inputs)
@@ -522,6 +577,19 @@ class ASEGRPOTrainer(GRPOTrainer):
         if capture:
             self._ase_store_readouts(rows.cpu(), ctx["readouts"])
         return loss
+
+    def _log_vllm_is_weights(self, inputs) -> None:
+        """``ase/is_weight_mean`` and ``ase/is_weight_clipped_frac`` over steered tokens, from TRL's vLLM ratio."""
+        ratio = inputs["importance_sampling_ratio"].float()
+        mask = inputs["completion_mask"].bool() & (inputs["ase_route"] != 0)[:, None]
+        if ratio.dim() == 1 or ratio.shape[1] == 1:
+            ratio = ratio.reshape(-1, 1).expand_as(mask)
+        clipped = ratio >= self.args.is_cap
+        stats = torch.stack([(ratio * mask).sum(), (clipped & mask).sum().float(), mask.sum().float()])
+        stats = self.accelerator.reduce(stats, reduction="sum")
+        if stats[2] > 0:
+            self._metrics["train"]["ase/is_weight_mean"].append((stats[0] / stats[2]).item())
+            self._metrics["train"]["ase/is_weight_clipped_frac"].append((stats[1] / stats[2]).item())
 
     # ------------------------------------------------------------------ checkpoints
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

@@ -61,6 +61,15 @@ class OGERConfig(GRPOConfig):
         offline_embeddings_column (`str`, defaults to `"offline_embeddings"`):
             Optional column with precomputed offline embeddings (`[M, d]` per row); when absent, offline
             texts are embedded on first use and cached.
+        vllm_enforce_eager (`bool`, defaults to `False`):
+            Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
+            start (CPU, tests), slower to decode.
+
+    vLLM (`use_vllm=True`): the online completions come from vLLM; the offline rows that replace some of them carry
+    no vLLM log-probs, so TRL's `vllm_importance_sampling_correction` gives them a ratio of exactly 1 (and they are
+    trained by policy shaping, which takes the behaviour probability as 1). `H_last` is read from the no-grad
+    policy forward TRL makes after vLLM generation (`old_per_token_logps`, on by default with vLLM), at the
+    sampling temperature; with that forward switched off, one extra forward computes it.
     """
 
     embedding_model: str = field(
@@ -103,6 +112,10 @@ class OGERConfig(GRPOConfig):
     )
     offline_embeddings_column: str = field(
         default="offline_embeddings", metadata={"help": "Optional column of precomputed offline embeddings."}
+    )
+
+    vllm_enforce_eager: bool = field(
+        default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
 
     # Paper defaults that differ from GRPOConfig's (App. B): entropy bonus 0.01.

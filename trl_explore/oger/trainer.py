@@ -29,6 +29,7 @@ from trl_explore.oger.exploration import divergence
 from trl_explore.oger.policy_shaping import aggregate_token_loss, policy_shaping_per_token_loss
 from trl_explore.oger.replacement import offline_completion_ids, sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
+from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +142,10 @@ class OGERTrainer(GRPOTrainer):
         for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
             _check_prompt(train_dataset[i], f"training row {i}")
             offline_trajectories(train_dataset[i], args, f"training row {i}")
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with engine_options(enforce_eager=True if args.use_vllm and args.vllm_enforce_eager else None):
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+        if self.use_vllm:
+            use_reload_weights_on_cpu(self.vllm_generation)
         if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
             self.epsilon_low = self.epsilon_high = float("inf")
         self.encoder = encoder or TrajectoryEncoder(
@@ -154,6 +158,7 @@ class OGERTrainer(GRPOTrainer):
         self._oger_rows = None  # the batch rows of the current generation call
         self._oger_is_offline = None  # [B] bool of the current generation call
         self._oger_forward = None  # capture slot for the policy forward inside _compute_loss
+        self._oger_deferred_entropy = None  # H_last to read from TRL's scoring forward (vLLM)
         self._warned_truncation = False
 
     # ------------------------------------------------------------------ generation
@@ -162,6 +167,7 @@ class OGERTrainer(GRPOTrainer):
         # (which receives the prompts alone) and to add `is_offline` ([B] bool, batch-first, so it
         # survives TRL's shuffling and splitting) to the training batch.
         self._oger_rows = inputs
+        self._oger_deferred_entropy = None
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
@@ -225,10 +231,13 @@ class OGERTrainer(GRPOTrainer):
         if self.args.last_token == "before_eos":
             ends_eos = torch.tensor([len(c) > 1 and c[-1] in self.eos_token_ids for c in completion_ids])
             last_pos = last_pos - ends_eos.long()
+        deferred = False
         if not need_entropy:
             entropy = None
         elif isinstance(recorder, LastTokenEntropyRecorder):
             entropy = recorder.last_token_entropy(last_pos.clamp(min=1))
+        elif self._trl_scores_after_generation():
+            entropy, deferred = torch.zeros(num_rows), True  # filled from TRL's scoring forward, before the rewards
         else:
             entropy = last_token_values(self._forward_last_token_entropy(prompt_ids, completion_ids), last_pos.clamp(min=1))
 
@@ -276,7 +285,11 @@ class OGERTrainer(GRPOTrainer):
         extra_fields.update(
             is_offline=is_offline, teacher=teacher, oger_divergence=div_values, last_token_entropy=entropy_values
         )
-        self._log_generation_metrics(mode, div_values, entropy_values, is_offline, num_truncated, need_divergence)
+        metrics = (mode, div_values, entropy_values, is_offline, num_truncated, need_divergence)
+        if deferred:  # TRL merges `extra_fields` into the reward inputs after its scoring forward fills them in
+            self._oger_deferred_entropy = {"values": entropy_values, "last_pos": last_pos.clamp(min=1), "metrics": metrics}
+        else:
+            self._log_generation_metrics(*metrics)
         return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images
 
     def _offline_for_group(self, rows, group, need_embeddings: bool = True):
@@ -343,9 +356,34 @@ class OGERTrainer(GRPOTrainer):
             )
 
     # ------------------------------------------------------------------ loss
+    def _trl_scores_after_generation(self) -> bool:
+        """Whether TRL makes a no-grad policy forward after generation (``old_per_token_logps``), as it does with
+        vLLM's importance-sampling correction or when generation and optimizer steps are misaligned."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.model.training and (
+            self.args.gradient_accumulation_steps % generate_every != 0
+            or (self.use_vllm and self.vllm_importance_sampling_correction)
+        )
+
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        # Overrides GRPOTrainer._get_per_token_logps_and_entropies only to keep the output of the policy
-        # forward made inside `_compute_loss`, so the offline rows' loss reuses it (no second forward).
+        # Overrides GRPOTrainer._get_per_token_logps_and_entropies to (a) keep the output of the policy forward made
+        # inside `_compute_loss`, so the offline rows' loss reuses it (no second forward), and (b) read H_last of the
+        # online completions from TRL's scoring forward after vLLM generation (entropies requested there; no extra
+        # forward). That forward runs before the rewards, which then see the filled-in values.
+        pending = self._oger_deferred_entropy
+        if pending is not None and self._oger_forward is None:
+            self._oger_deferred_entropy = None
+            kwargs["compute_entropy"] = True
+            output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            values = pending["values"]
+            online = [i for i, value in enumerate(values) if value is not None]  # offline rows keep None
+            if online:
+                rows = torch.tensor(online)
+                entropy = last_token_values(output[1].detach().float().cpu()[rows], pending["last_pos"][rows])
+                for i, value in zip(online, entropy.tolist()):
+                    values[i] = value
+            self._log_generation_metrics(*pending["metrics"])
+            return output
         output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._oger_forward is not None and self._oger_forward.get("capture"):
             self._oger_forward = {"capture": False, "output": output}
