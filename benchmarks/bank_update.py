@@ -20,6 +20,7 @@ Columns:
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -66,20 +67,21 @@ def main() -> None:
     for hidden_size, num_prompts in sizes:
         activations, problem_ids, rewards = synthetic_step(num_prompts, hidden_size)
         bank = SteeringVectorBank(hidden_size, 3, kmeans_n_init=16, num_threads=args.threads)
-        first = seconds(lambda: bank.update(activations, problem_ids, rewards))
-        second = seconds(lambda: bank.update(activations, problem_ids, rewards))
+        update = functools.partial(bank.update, activations, problem_ids, rewards)
+        first = seconds(update)
+        second = seconds(update)
 
         positives = activations[1::2].reshape(num_prompts, 4, 1, hidden_size)  # rewards: odd rows = 1
         negatives = activations[0::2].reshape(num_prompts, 1, 4, hidden_size)
         differences = (positives - negatives).reshape(num_prompts * 16, hidden_size)
         with threadpool_limits(limits=args.threads):
-            sk_pca = seconds(lambda: PCA(64, random_state=0).fit_transform(differences.numpy()))
-            torch_pca = seconds(lambda: torch.pca_lowrank(differences, q=64, center=True, niter=7))
+            sk_pca = seconds(functools.partial(PCA(64, random_state=0).fit_transform, differences.numpy()))
+            torch_pca = seconds(functools.partial(torch.pca_lowrank, differences, q=64, center=True, niter=7))
             features = PCA(64, random_state=0).fit_transform(differences.numpy())
-            km16 = seconds(lambda: KMeans(3, n_init=16, random_state=0).fit(features))
+            km16 = seconds(functools.partial(KMeans(3, n_init=16, random_state=0).fit, features))
             km512 = float("nan")
             if not args.no_kmeans512 and num_prompts * 16 <= 2048:
-                km512 = seconds(lambda: KMeans(3, n_init=512, random_state=0).fit(features))
+                km512 = seconds(functools.partial(KMeans(3, n_init=512, random_state=0).fit, features))
         print(f"{hidden_size:>5} {num_prompts * 16:>5} | {first:>6.2f}s {second:>6.2f}s | {sk_pca:>6.2f}s "
               f"{torch_pca:>8.2f}s | {km16:>5.2f}s {km512:>5.2f}s")
 

@@ -29,6 +29,14 @@ the same amount of decoding; ``--no-force-length`` turns this off (``completions
 
 Ratios: median step time of a variant over the median of its baseline, plus min-max of the per-repeat ratios
 (ratio of the per-repeat means), which shows how much of a difference is noise on a shared host.
+
+Other machines and models (all off by default; the defaults above are the CPU benchmark): ``--device cuda
+--dtype bfloat16`` trains on a GPU in bf16; ``--model qwen2.5-1.5b`` is a randomly initialised model of
+Qwen2.5-1.5B's shape (``qwen2-tiny``: the same code path at toy size), vocabulary sized to ``--tokenizer``;
+``--embedder bge-large-random`` gives OGER a random embedder of bge-large's shape (``benchmarks/bench_models.py``);
+``--time-budget S`` starts no further run that could end after S seconds (the variants of an unfinished repeat
+are then missing), and ``--save-partial`` rewrites the results after every run. ``benchmarks/gpu/run.sh`` uses
+these for the H200 profile.
 """
 
 from __future__ import annotations
@@ -50,9 +58,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_models
 
 VARIANTS = ["grpo", "oger_off", "oger_noreward", "oger_full", "ase"]
 
@@ -90,17 +101,22 @@ def synthetic_dataset(num_prompts: int) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def load_tokenizer():
+def load_tokenizer(path: str | None = None):
+    """The policy tokenizer: ``path``, or by default the embedded SmolLM2-135M-Instruct's."""
     from transformers import AutoTokenizer
 
-    from trl_explore.defaults import default_policy_path
+    if path is None:
+        from trl_explore.defaults import default_policy_path
 
-    return AutoTokenizer.from_pretrained(default_policy_path())
+        path = default_policy_path()
+    return AutoTokenizer.from_pretrained(str(path))
 
 
-def make_model(kind: str, tokenizer, seed: int):
+def make_model(kind: str, tokenizer, seed: int, device: str = "cpu", dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
+    if kind in bench_models.POLICY_SHAPES:  # random weights, a real model's shape
+        return bench_models.random_policy(kind, tokenizer, seed=seed, dtype=dtype, device=device)
     if kind == "embedded":
         from trl_explore.defaults import default_policy_path
 
@@ -182,35 +198,41 @@ class _StepClock(TrainerCallback):
 def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, clock):
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer, math_reward
+    from trl_explore import (
+        ASEConfig,
+        ASEGRPOTrainer,
+        OGERConfig,
+        OGERTrainer,
+        math_reward,
+    )
 
-    common = dict(
-        output_dir=out_dir,
-        per_device_train_batch_size=a.batch_size,
-        num_generations=a.num_generations,
-        max_completion_length=a.max_completion_length,
-        max_steps=1 + a.steps,
-        learning_rate=1e-5,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=a.seed,
-        data_seed=a.seed,
-        log_completions=False,
-        disable_tqdm=True,
+    common = {
+        "output_dir": out_dir,
+        "per_device_train_batch_size": a.batch_size,
+        "num_generations": a.num_generations,
+        "max_completion_length": a.max_completion_length,
+        "max_steps": 1 + a.steps,
+        "learning_rate": 1e-5,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "use_cpu": a.device == "cpu",
+        "bf16": a.dtype == "bfloat16",
+        "seed": a.seed,
+        "data_seed": a.seed,
+        "log_completions": False,
+        "disable_tqdm": True,
         # the same objective for every variant: OGERConfig's default entropy bonus (0.01, OGER App. B) would
         # otherwise add a backward pass through the per-token entropies that GRPOConfig's 0.0 does not
-        entropy_coef=0.01,
-    )
+        "entropy_coef": 0.01,
+    }
     if a.force_length:
         common["generation_kwargs"] = {"min_new_tokens": a.max_completion_length}
-    kw = dict(train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+    kw = {"train_dataset": dataset, "processing_class": tokenizer, "callbacks": [clock]}
     if variant == "grpo":
         trainer = GRPOTrainer(model, reward_funcs=[math_reward], args=GRPOConfig(**common), **kw)
     elif variant.startswith("oger"):
-        extra = dict(embedding_model="embedded")
+        extra = {"embedding_model": a.embedder_path}
         if variant == "oger_off":
             extra.update(num_replacements=0, use_exploration_reward=False)
         elif variant == "oger_noreward":
@@ -247,7 +269,9 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
 def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
     clock = _StepClock()
     with tempfile.TemporaryDirectory() as tmp:
-        model = make_model(model_kind, tokenizer, a.seed)
+        model = make_model(model_kind, tokenizer, a.seed, a.device, getattr(torch, a.dtype))
+        if a.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         trainer = build_trainer(variant, model, tokenizer, dataset, tmp, a, clock)
         t_init = time.perf_counter() - t0
@@ -269,7 +293,11 @@ def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
     extra = {}
     if variant == "ase":
         extra["bank_active"] = trainer.bank.vectors is not None
+    if a.device.startswith("cuda"):
+        extra["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     del trainer, model
+    if a.device.startswith("cuda"):
+        torch.cuda.empty_cache()
     return {
         "variant": variant, "init_s": t_init, "train_s": t_train, "step_time": step_times, "wall": walls,
         "mean_length": lengths, "phases": phases, **extra,
@@ -305,6 +333,8 @@ def ratio(runs, num, den, metric):
         d = [x for r in runs if r["repeat"] == rep and r["variant"] == den for x in r[metric]]
         if n and d:
             per_rep.append(statistics.mean(n) / statistics.mean(d))
+    if not per_rep:  # no repeat holds both variants (a run cut short by --time-budget)
+        return None
     return {"ratio": pooled[num]["median"] / pooled[den]["median"], "per_repeat": per_rep,
             "min": min(per_rep), "max": max(per_rep)}
 
@@ -312,43 +342,55 @@ def ratio(runs, num, den, metric):
 def machine_info() -> dict:
     cpu = "unknown"
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
     import transformers
     import trl
 
-    return {
-        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or os.cpu_count()),
+    info = {
+        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip() or os.cpu_count()),
         "cpu": cpu, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "transformers": transformers.__version__, "trl": trl.__version__, "python": platform.python_version(),
     }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
+    return info
 
 
 def markdown(results: dict) -> str:
     m = results["machine"]
     a = results["args"]
+    device = a.get("device", "cpu")
+    gpu = f"GPU {m.get('gpu')} (CUDA {m.get('cuda')}), " if device.startswith("cuda") else ""
     lines = [
-        "# OGER / ASE per-step overhead vs TRL GRPOTrainer (CPU)",
+        f"# OGER / ASE per-step overhead vs TRL GRPOTrainer ({'CPU' if device == 'cpu' else device.upper()})",
         "",
-        f"Machine: {m['nproc']} CPU cores (`nproc`), {m['cpu']}; torch {m['torch']} ({m['torch_threads']} threads), "
-        f"transformers {m['transformers']}, TRL {m['trl']}, Python {m['python']}.",
+        (f"Machine: {gpu}{m['nproc']} CPU cores (`nproc`), {m['cpu']}; torch {m['torch']} ({m['torch_threads']} threads), "
+        f"transformers {m['transformers']}, TRL {m['trl']}, Python {m['python']}."),
         "",
         f"Command: `{results['command']}`; total wall time {results['total_wall_s']:.0f} s.",
         "",
-        f"Config: batch {a['batch_size']} = {a['batch_size'] // a['num_generations']} prompt(s) x "
+        (f"Config: batch {a['batch_size']} = {a['batch_size'] // a['num_generations']} prompt(s) x "
         f"{a['num_generations']} generations, max_completion_length {a['max_completion_length']} "
         f"(forced full length: {a['force_length']}), 1 warm-up + {a['steps']} measured steps per run, "
-        f"{a['repeats']} interleaved repeats, seed {a['seed']}.",
+        f"{a['repeats']} interleaved repeats, seed {a['seed']}."),
         "",
     ]
+    if device != "cpu" or a.get("dtype", "float32") != "float32" or a.get("embedder", "embedded") != "embedded":
+        lines += [(f"Device {device}, dtype {a.get('dtype')}, OGER embedder `{a.get('embedder')}`"
+                  f"{', tokenizer ' + str(a.get('tokenizer')) if a.get('tokenizer') else ''}."), ""]
+    if results.get("stopped_early"):
+        lines += [f"Stopped early: {results['stopped_early']}. Only complete repeats are summarised below.", ""]
     for mk, res in results["models"].items():
         lines += [f"## Model: {mk}", ""]
-        lines += ["| variant | step_time median (s) | min-max | wall/step median (s) | min-max | "
-                  "mean completion length | init (s) |", "|---|---|---|---|---|---|---|"]
+        lines += [("| variant | step_time median (s) | min-max | wall/step median (s) | min-max | "
+                  "mean completion length | init (s) |"), "|---|---|---|---|---|---|---|"]
         st, wl = res["step_time"], res["wall"]
         for v in VARIANTS:
             if v not in st:
@@ -360,6 +402,11 @@ def markdown(results: dict) -> str:
                 f"{wl[v]['median']:.3f} | {wl[v]['min']:.3f}-{wl[v]['max']:.3f} | "
                 f"{statistics.mean(lens) if lens else float('nan'):.1f} | {statistics.median(inits):.1f} |"
             )
+        peaks = {v: [r["peak_memory_gib"] for r in res["runs"] if r["variant"] == v and "peak_memory_gib" in r]
+                 for v in VARIANTS}
+        if any(peaks.values()):
+            lines += ["", "Peak GPU memory allocated (GiB, max over runs): " + ", ".join(
+                f"{v} {max(p):.1f}" for v, p in peaks.items() if p) + "."]
         lines += ["", "| ratio (SPEC §7) | step_time | per-repeat min-max | wall | per-repeat min-max | target | met (step_time) |",
                   "|---|---|---|---|---|---|---|"]
         for t in res["targets"]:
@@ -385,8 +432,8 @@ def markdown(results: dict) -> str:
                 target = "<= 1.01" if num == "ase" else "(info)"
                 lines.append(f"| {name} | {statistics.median(pn) / statistics.median(pd):.3f} | "
                              f"{min(per):.3f}-{max(per):.3f} | | | {target} | |")
-        lines += ["", "Per-phase seconds per measured step (median over repeats; TRL `profiling_context` names "
-                  "and subclass method timers; nested phases overlap):", ""]
+        lines += ["", ("Per-phase seconds per measured step (median over repeats; TRL `profiling_context` names "
+                  "and subclass method timers; nested phases overlap):"), ""]
         names = sorted({k for r in res["runs"] for k in r["phases"]})
         lines += ["| phase | " + " | ".join(v for v in VARIANTS if v in st) + " |",
                   "|---|" + "---|" * len([v for v in VARIANTS if v in st])]
@@ -402,23 +449,101 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main():
+def model_results(runs: list[dict], variants: list[str]) -> dict:
+    """Pooled statistics, SPEC §7 target ratios and information ratios of one model's runs.
+
+    Only complete repeats (every variant ran) are summarised once there is one; the runs of an unfinished repeat
+    (``--time-budget``) are kept under ``dropped_runs``, so that no variant gets an extra sample.
+    """
+    complete = {rep for rep in {r["repeat"] for r in runs}
+                if {r["variant"] for r in runs if r["repeat"] == rep} >= set(variants)}
+    dropped = [r for r in runs if complete and r["repeat"] not in complete]
+    runs = [r for r in runs if not complete or r["repeat"] in complete]
+    res = {"runs": runs, "step_time": summarize(runs, "step_time"), "wall": summarize(runs, "wall")}
+    if dropped:
+        res["dropped_runs"] = dropped
+    res["targets"], res["info_ratios"] = [], []
+    for name, num, den, kind, target in TARGETS:
+        if num not in variants or den not in variants:
+            continue
+        entry = {"name": name, "num": num, "den": den, "kind": kind, "target": target}
+        for metric in ("step_time", "wall"):
+            rr = ratio(runs, num, den, metric)
+            if rr is None:
+                break
+            if kind == "throughput":  # throughput of num relative to den = den time / num time
+                val, lo, hi = 1 / rr["ratio"], 1 / rr["max"], 1 / rr["min"]
+                met = val >= target
+            else:
+                val, lo, hi = rr["ratio"], rr["min"], rr["max"]
+                met = val <= target
+            entry[metric] = {"value": val, "min": lo, "max": hi, "met": met}
+        else:
+            entry["target_text"] = f">= {target}" if kind == "throughput" else f"<= {target}"
+            res["targets"].append(entry)
+    for name, num, den in INFO_RATIOS:
+        if num not in variants or den not in variants:
+            continue
+        entry = {"name": name, "num": num, "den": den}
+        for metric in ("step_time", "wall"):
+            rr = ratio(runs, num, den, metric)
+            if rr is None:
+                break
+            entry[metric] = {"value": rr["ratio"], "min": rr["min"], "max": rr["max"]}
+        else:
+            res["info_ratios"].append(entry)
+    return res
+
+
+def write_results(results: dict, out: pathlib.Path, quiet: bool = False) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
+    md = markdown(results)
+    out.with_suffix(".md").write_text(md)
+    if not quiet:
+        print(md)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", choices=["tiny", "embedded", "both"], default="tiny")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--model", choices=["tiny", "embedded", "both", *bench_models.POLICY_SHAPES], default="tiny",
+                   help="tiny: 2-layer Llama with the SmolLM2 tokenizer; embedded: SmolLM2-135M-Instruct; both; "
+                        "or a randomly initialised shape from benchmarks/bench_models.py (qwen2.5-1.5b, qwen2-tiny)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (every variant once per repeat)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per run (after 1 warm-up step)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--num-generations", type=int, default=8)
-    p.add_argument("--max-completion-length", type=int, default=48)
-    p.add_argument("--no-force-length", dest="force_length", action="store_false")
+    p.add_argument("--batch-size", type=int, default=16, help="per-device train batch (prompts x generations)")
+    p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (N)")
+    p.add_argument("--max-completion-length", type=int, default=48, help="completion tokens (forced, see below)")
+    p.add_argument("--no-force-length", dest="force_length", action="store_false",
+                   help="let generation stop at EOS instead of forcing max_completion_length tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "overhead_cpu"))
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="model dtype; bfloat16 also sets bf16=True in the trainer config")
+    p.add_argument("--tokenizer", default=None, help="policy tokenizer folder (default: the embedded SmolLM2's)")
+    p.add_argument("--embedder", default="embedded",
+                   help="OGER embedding model: 'embedded' (all-MiniLM-L6-v2), a sentence-transformers folder, or "
+                        "bge-base-random / bge-large-random (random weights of that shape)")
+    p.add_argument("--embedder-tokenizer", default=None,
+                   help="WordPiece tokenizer folder for the random embedders (default: the embedded MiniLM's)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds: start no further run that could end later than this (estimate: the longest run)")
+    p.add_argument("--save-partial", action="store_true", help="rewrite the results after every run")
+    p.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "overhead_cpu"),
+                   help="output path without suffix (.json and .md are written)")
     p.add_argument("--render", default=None, help="only re-render the markdown from an existing results JSON")
-    a = p.parse_args()
+    return p
+
+
+def main():
+    a = build_parser().parse_args()
     if a.render:
         results = json.loads(pathlib.Path(a.render).read_text())
+        variants = [v for v in results["args"]["variants"].split(",") if v]
+        for mk, res in results["models"].items():  # re-summarise with this version's rules
+            results["models"][mk] = model_results(res["runs"] + res.get("dropped_runs", []), variants)
         md = markdown(results)
         pathlib.Path(a.render).with_suffix(".md").write_text(md)
         print(md)
@@ -428,53 +553,43 @@ def main():
     variants = [v for v in a.variants.split(",") if v]
     t_all = time.perf_counter()
     _install_profiling_capture()
-    tokenizer = load_tokenizer()
+    tokenizer = load_tokenizer(a.tokenizer)
     prompts_per_run = (1 + a.steps) * a.batch_size // a.num_generations
     dataset = synthetic_dataset(max(prompts_per_run, 4))
     models = ["tiny", "embedded"] if a.model == "both" else [a.model]
-    results = {"machine": machine_info(), "args": vars(a), "command": "python " + " ".join(sys.argv), "models": {}}
-    for mk in models:
-        runs = []
-        for rep in range(a.repeats):
-            for v in variants:
-                r = run_once(v, mk, tokenizer, dataset, a)
-                r["repeat"] = rep
-                runs.append(r)
-                print(f"[{mk} rep {rep}] {v:14s} step_time {statistics.median(r['step_time']):.3f}s "
-                      f"wall {statistics.median(r['wall']):.3f}s init {r['init_s']:.1f}s", flush=True)
-        res = {"runs": runs, "step_time": summarize(runs, "step_time"), "wall": summarize(runs, "wall")}
-        res["targets"], res["info_ratios"] = [], []
-        for name, num, den, kind, target in TARGETS:
-            if num not in variants or den not in variants:
-                continue
-            entry = {"name": name, "num": num, "den": den, "kind": kind, "target": target}
-            for metric in ("step_time", "wall"):
-                rr = ratio(runs, num, den, metric)
-                if kind == "throughput":  # throughput of num relative to den = den time / num time
-                    val, lo, hi = 1 / rr["ratio"], 1 / rr["max"], 1 / rr["min"]
-                    met = val >= target
-                else:
-                    val, lo, hi = rr["ratio"], rr["min"], rr["max"]
-                    met = val <= target
-                entry[metric] = {"value": val, "min": lo, "max": hi, "met": met}
-            entry["target_text"] = f">= {target}" if kind == "throughput" else f"<= {target}"
-            res["targets"].append(entry)
-        for name, num, den in INFO_RATIOS:
-            if num not in variants or den not in variants:
-                continue
-            entry = {"name": name, "num": num, "den": den}
-            for metric in ("step_time", "wall"):
-                rr = ratio(runs, num, den, metric)
-                entry[metric] = {"value": rr["ratio"], "min": rr["min"], "max": rr["max"]}
-            res["info_ratios"].append(entry)
-        results["models"][mk] = res
-    results["total_wall_s"] = time.perf_counter() - t_all
     out = pathlib.Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
-    md = markdown(results)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    with tempfile.TemporaryDirectory(prefix="overhead-embedder-") as embedder_dir:
+        a.embedder_path = bench_models.resolve_embedder(a.embedder, embedder_dir, a.embedder_tokenizer)
+        results = {"machine": machine_info(), "args": {k: v for k, v in vars(a).items() if k != "embedder_path"},
+                   "command": "python " + " ".join(sys.argv), "models": {}}
+        longest_run = 0.0
+        for mk in models:
+            runs = []
+            for rep in range(a.repeats):
+                for v in variants:
+                    elapsed = time.perf_counter() - t_all
+                    if a.time_budget and runs and elapsed + longest_run > a.time_budget:
+                        results["stopped_early"] = (
+                            f"{mk}: stopped before repeat {rep}, variant {v}, after {elapsed:.0f} s: one more run "
+                            f"(up to {longest_run:.0f} s) would pass --time-budget {a.time_budget:.0f} s")
+                        break
+                    t_run = time.perf_counter()
+                    r = run_once(v, mk, tokenizer, dataset, a)
+                    longest_run = max(longest_run, time.perf_counter() - t_run)
+                    r["repeat"] = rep
+                    runs.append(r)
+                    print(f"[{mk} rep {rep}] {v:14s} step_time {statistics.median(r['step_time']):.3f}s "
+                          f"wall {statistics.median(r['wall']):.3f}s init {r['init_s']:.1f}s", flush=True)
+                    if a.save_partial:
+                        results["models"][mk] = model_results(runs, variants)
+                        results["total_wall_s"] = time.perf_counter() - t_all
+                        write_results(results, out, quiet=True)
+                if results.get("stopped_early"):
+                    print(results["stopped_early"], flush=True)
+                    break
+            results["models"][mk] = model_results(runs, variants)
+    results["total_wall_s"] = time.perf_counter() - t_all
+    write_results(results, out)
 
 
 if __name__ == "__main__":

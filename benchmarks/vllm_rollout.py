@@ -6,8 +6,9 @@ Run in the vLLM environment (``bash scripts/install_vllm.sh``)::
 
 What is timed (wall clock, after one warm-up call of each variant; variants interleaved A B C ... per repeat):
 
-* ``hf``: ``transformers`` ``model.generate`` of the same policy (same dtype as the vLLM engine), sampling at
-  temperature 1, every row forced to ``--tokens`` new tokens.
+* ``hf``: ``transformers`` ``model.generate`` of the same policy as TRL loads it (the checkpoint's dtype), in a
+  separate process with torch's default threads (vLLM's CPU backend pins its own process to one thread), sampling
+  at temperature 1, every row forced to ``--tokens`` new tokens. The engine runs in vLLM's default dtype.
 * ``vllm``: the colocated engine as TRL builds it (``external_launcher``, ``logprobs=0``), unsteered.
 * ``vllm_steered``: the same engine and call inside ``VLLMActivationSteeringGenerator.steering`` with the ASE
   default split of ``--batch`` rollouts over the clean route and K=3 steering routes (one ``generate`` call).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import multiprocessing
 import os
 import pathlib
 import platform
@@ -55,6 +57,31 @@ def _prompts(tokenizer, batch: int, num_generations: int) -> list[list[int]]:
     return ids
 
 
+def _hf_worker(conn, path: str, prompts: list[list[int]], tokens: int, threads: int) -> None:
+    """HF ``generate`` in its own process: vLLM's CPU backend pins the parent's torch to one thread and makes
+    ``torch.set_num_threads`` a no-op, which would handicap HF in the same process. Answers each "run" with seconds."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    pad = tokenizer.pad_token_id
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    attention = (input_ids != pad).long()
+    attention[:, -1] = 1
+    conn.send(str(model.dtype))
+    while conn.recv() == "run":
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(
+                input_ids=input_ids, attention_mask=attention, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=pad,
+            )
+        conn.send(time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="embedded", help="policy path or 'embedded' (SmolLM2-135M-Instruct)")
@@ -70,7 +97,7 @@ def main() -> None:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     import torch
     import vllm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
     from vllm import LLM, SamplingParams
 
     from trl_explore.ase.routing import balanced_uniform_routes
@@ -80,25 +107,24 @@ def main() -> None:
     path = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     prompts = _prompts(tokenizer, args.batch, args.num_generations)
-    hf = AutoModelForCausalLM.from_pretrained(path)
-    dtype = hf.dtype
+    hidden_size = AutoConfig.from_pretrained(path).hidden_size
     routes = balanced_uniform_routes(
         args.batch // args.num_generations, args.num_generations, 3, torch.Generator().manual_seed(0)
     )
-    vectors = torch.nn.functional.normalize(torch.randn(3, hf.config.hidden_size, generator=torch.Generator().manual_seed(1)), dim=1)
+    vectors = torch.nn.functional.normalize(torch.randn(3, hidden_size, generator=torch.Generator().manual_seed(1)), dim=1)
     vectors = vectors * 4.0  # about the norm of SmolLM2's block-0 contrast vectors
 
-    pad = tokenizer.pad_token_id
-    width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attention = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    # HF generate lives in a spawned process started before vLLM pins this one's threads
+    parent, child = multiprocessing.get_context("spawn").Pipe()
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_hf_worker, args=(child, path, prompts, args.tokens, torch.get_num_threads()), daemon=True
+    )
+    worker.start()
+    dtype = parent.recv()
 
     def run_hf():
-        with torch.no_grad():
-            hf.generate(
-                input_ids=input_ids, attention_mask=attention, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                max_new_tokens=args.tokens, min_new_tokens=args.tokens, pad_token_id=pad,
-            )
+        parent.send("run")
+        return parent.recv()
 
     params = SamplingParams(temperature=1.0, max_tokens=args.tokens, min_tokens=args.tokens, ignore_eos=True, logprobs=0, seed=0)
     vllm_prompts = [{"prompt_token_ids": p} for p in prompts]
@@ -124,14 +150,17 @@ def main() -> None:
         variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": lambda: run_steered(per_route)}
         if mode == args.modes.split(",")[0]:
             variants = {"hf": run_hf, **variants}
-        for fn in variants.values():  # warm-up
+        for name, fn in variants.items():  # warm-up
+            start = time.perf_counter()
             fn()
+            print(f"[{mode}] warm-up: {name} {time.perf_counter() - start:.2f} s", flush=True)
         times = {name: [] for name in variants}
-        for _ in range(args.repeats):
+        for repeat in range(args.repeats):
             for name, fn in variants.items():
                 start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
+                inner = fn()  # the HF worker reports its own generate time (no pipe latency)
+                times[name].append(inner if isinstance(inner, float) else time.perf_counter() - start)
+                print(f"[{mode}] repeat {repeat}: {name} {times[name][-1]:.2f} s", flush=True)
         for name, values in times.items():
             key = name if name == "hf" else f"{name}[{mode}]"
             results["timings"][key] = {
@@ -146,9 +175,11 @@ def main() -> None:
         steerer = per_route = llm = variants = None  # free the engine before the next mode builds one
         gc.collect()
 
+    parent.send("stop")
+    worker.join(30)
     results["machine"] = {
         "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
-        "vllm": vllm.__version__, "dtype": str(dtype), "python": platform.python_version(),
+        "vllm": vllm.__version__, "hf_dtype": dtype, "python": platform.python_version(),
     }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
