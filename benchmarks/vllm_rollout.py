@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--modes", default="eager,compiled", help="vLLM modes to measure")
     parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--skip-hf", action="store_true", help="only the vLLM variants (steered vs unsteered)")
+    parser.add_argument("--skip-per-route", action="store_true", help="leave out the one-call-per-route variant")
     parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "vllm_rollout_cpu"))
     args = parser.parse_args()
 
@@ -115,12 +117,14 @@ def main() -> None:
     vectors = vectors * 4.0  # about the norm of SmolLM2's block-0 contrast vectors
 
     # HF generate lives in a spawned process started before vLLM pins this one's threads
-    parent, child = multiprocessing.get_context("spawn").Pipe()
-    worker = multiprocessing.get_context("spawn").Process(
-        target=_hf_worker, args=(child, path, prompts, args.tokens, torch.get_num_threads()), daemon=True
-    )
-    worker.start()
-    dtype = parent.recv()
+    dtype, worker = None, None
+    if not args.skip_hf:
+        parent, child = multiprocessing.get_context("spawn").Pipe()
+        worker = multiprocessing.get_context("spawn").Process(
+            target=_hf_worker, args=(child, path, prompts, args.tokens, torch.get_num_threads()), daemon=True
+        )
+        worker.start()
+        dtype = parent.recv()
 
     def run_hf():
         parent.send("run")
@@ -148,7 +152,9 @@ def main() -> None:
                 llm.generate(vllm_prompts, params, use_tqdm=False)
 
         variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": lambda: run_steered(per_route)}
-        if mode == args.modes.split(",")[0]:
+        if args.skip_per_route:
+            del variants["vllm_per_route"]
+        if mode == args.modes.split(",")[0] and not args.skip_hf:
             variants = {"hf": run_hf, **variants}
         for name, fn in variants.items():  # warm-up
             start = time.perf_counter()
@@ -169,14 +175,16 @@ def main() -> None:
             }
         med = {name: statistics.median(values) for name, values in times.items()}
         results["ratios"][f"vllm_steered / vllm [{mode}]"] = med["vllm_steered"] / med["vllm"]
-        results["ratios"][f"vllm_per_route / vllm [{mode}]"] = med["vllm_per_route"] / med["vllm"]
+        if "vllm_per_route" in med:
+            results["ratios"][f"vllm_per_route / vllm [{mode}]"] = med["vllm_per_route"] / med["vllm"]
         if "hf" in med:
             results["ratios"][f"hf / vllm [{mode}] (rollout time)"] = med["hf"] / med["vllm"]
         steerer = per_route = llm = variants = None  # free the engine before the next mode builds one
         gc.collect()
 
-    parent.send("stop")
-    worker.join(30)
+    if worker is not None:
+        parent.send("stop")
+        worker.join(30)
     results["machine"] = {
         "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
         "vllm": vllm.__version__, "hf_dtype": dtype, "python": platform.python_version(),
