@@ -96,7 +96,10 @@ class _SampledTokenLogProbs:
                 )
             self._record(input_ids[:, -1])
         logits = output.logits if hasattr(output, "logits") else output[0]
-        self._pending = torch.log_softmax(logits[:, -1, :].float() / self.temperature, dim=-1)
+        last = logits[:, -1, :].float()
+        if self.temperature != 1.0:  # skipped at T = 1 (the default): one [B, V] pass less per decoding step
+            last = last / self.temperature
+        self._pending = torch.log_softmax(last, dim=-1)
 
     def _record(self, tokens: torch.Tensor) -> None:
         tokens = tokens.to(self._pending.device).long()
