@@ -379,14 +379,12 @@ class _OneProcess:
         return tensor
 
 
-def test_server_steering_matches_colocate_steering(steering_server, engine):
+def test_server_steering_matches_colocate_steering(steering_server, tiny_path):
     from types import SimpleNamespace
 
     from trl_explore.ase.steering.vllm_server import ServerSteering
 
-    mode, llm = engine
-    if mode != "eager":
-        pytest.skip("compared with the eager colocated engine (the server runs eagerly)")
+    llm = _engine(tiny_path, eager=True)  # the server runs eagerly too
     client = steering_server
     vectors = _vectors()
     routes = torch.tensor([0, 1, 2, 3, 0, 3, 2, 1])  # 2 prompts x n=4, rows in TRL's order
@@ -405,6 +403,8 @@ def test_server_steering_matches_colocate_steering(steering_server, engine):
     assert steering.hook_calls > 0
     clean = client.generate(prompts, n=1, temperature=0.0, max_tokens=GREEDY["max_tokens"])
     assert clean["completion_ids"] == [expected[0], expected[4]]  # route-0 rollouts are the unsteered ones
+    del colocate, llm
+    gc.collect()
 
 
 def test_server_without_plugin_is_refused(tiny_path):
