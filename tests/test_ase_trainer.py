@@ -389,6 +389,9 @@ def test_unsupported_setups_raise(tmp_path, smollm2_tokenizer):
         _trainer(tmp_path, smollm2_tokenizer, steering_layer=5)  # the tiny model has 2 blocks
     with pytest.raises(ValueError, match="correctness_reward_index"):
         _trainer(tmp_path, smollm2_tokenizer, correctness_reward_index=1)
+    # 2 prompts cannot fill a generation batch of 3 prompts x 6 rollouts: TRL would "train" 0 steps
+    with pytest.raises(ValueError, match="has 2 prompt\\(s\\) but one generation batch needs 3"):
+        _trainer(tmp_path, smollm2_tokenizer, per_device_train_batch_size=3 * NUM_GENERATIONS)
 
 
 _TWO_PROCESS_SCRIPT = '''

@@ -182,6 +182,15 @@ def test_entropy_recorder_matches_teacher_forced_entropy(smollm2_tokenizer):
     assert torch.allclose(rec.last_token_entropy(torch.tensor([5, 2])), torch.stack([steps[0, 4], steps[1, 1]]))
     assert not model.get_output_embeddings()._forward_hooks  # hook removed
 
+    # at the sampling temperature T: the entropy of softmax(logits / T), as TRL's own entropies (the vLLM path)
+    with LastTokenEntropyRecorder(model, temperature=0.7) as hot, torch.no_grad():
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=5, min_new_tokens=5,
+                       do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert torch.allclose(hot.per_step_entropy, entropy_from_logits(logits / 0.7), atol=1e-4)
+    assert not torch.allclose(hot.per_step_entropy, steps, atol=1e-3)
+    with pytest.raises(ValueError, match="temperature"):
+        LastTokenEntropyRecorder(model, temperature=0.0)
+
 
 @pytest.mark.parametrize(
     ("row_update", "message"),

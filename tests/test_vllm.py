@@ -178,6 +178,24 @@ def test_bad_inputs_fail_loudly(engine):
     assert ROUTE_KEY == "trl_explore_route"
 
 
+def test_steerers_share_an_engine_one_context_at_a_time(engine):
+    _, llm = engine
+    first = VLLMActivationSteeringGenerator(llm, layer=0, alpha=1.0)
+    second = VLLMActivationSteeringGenerator(llm, layer=0, alpha=1.0)  # built later: `first` must still steer
+    routes, vectors = torch.tensor([0, 1, 2, 3]), _vectors()
+    with second.steering(routes, vectors):
+        expected = _greedy(llm)
+    with first.steering(routes, vectors):
+        assert _greedy(llm) == expected
+    assert first.forward_calls == first.hook_calls == GREEDY["max_tokens"]
+    with first.steering(routes, vectors):
+        with pytest.raises(RuntimeError, match="another VLLMActivationSteeringGenerator"):
+            with second.steering(routes, vectors):
+                pass
+        assert _greedy(llm) == expected  # the outer context is intact
+    assert "generate" not in llm.__dict__
+
+
 def test_compiled_engine_without_slot_is_refused_eager_one_is_patched(tiny_path):
     compiled = _engine(tiny_path, eager=False, slot=False)
     with pytest.raises(RuntimeError, match="steerable_vllm"):
@@ -403,6 +421,19 @@ def test_server_steering_matches_colocate_steering(steering_server, tiny_path):
     assert steering.hook_calls > 0
     clean = client.generate(prompts, n=1, temperature=0.0, max_tokens=GREEDY["max_tokens"])
     assert clean["completion_ids"] == [expected[0], expected[4]]  # route-0 rollouts are the unsteered ones
+
+    # the server reports what it steers; a trainer with another block or model is refused at once
+    status = steering.check_server(0, HIDDEN)
+    assert status["max_vectors"] == 64 and status["rejected"] == 0
+    with pytest.raises(RuntimeError, match="steers block 0"):
+        steering.check_server(1, HIDDEN)
+    # a bad vector does not take the shared server down: its request runs unsteered and the client raises
+    with pytest.raises(RuntimeError, match="refused the steering vectors of 1 request"):
+        with steering.steering(torch.tensor([0, 0, 0, 1]), torch.ones(4, 3)):
+            client.generate([prompts[0]], n=4, temperature=1.0, max_tokens=4)  # n > 1 needs sampling
+    assert client.generate([prompts[0]], n=1, temperature=0.0, max_tokens=GREEDY["max_tokens"])["completion_ids"] == [
+        expected[0]
+    ]
     del colocate, llm
     gc.collect()
 
@@ -420,7 +451,7 @@ def test_server_without_plugin_is_refused(tiny_path):
         client = VLLMClient(base_url=f"http://127.0.0.1:{port}")
         steering = ServerSteering(SimpleNamespace(vllm_client=client), _OneProcess())
         with pytest.raises(RuntimeError, match="TRL_EXPLORE_STEERING_LAYER"):
-            steering.server_calls()
+            steering.server_status()
     finally:
         proc.terminate()
         proc.wait(60)

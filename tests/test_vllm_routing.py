@@ -62,6 +62,8 @@ def test_routed_generate_puts_every_rollout_back_in_its_slot():
     steered_kwargs = [c[2] for c in calls if "route" in c[2]["vllm_xargs"]]
     assert all(k["vllm_xargs"]["user"] == 1 and k["cache_salt"].startswith("s") and k["seed"] == 3 for k in steered_kwargs)
     assert sum(len(p) * n for p, n, _ in calls) == 8  # exactly the 8 rollouts asked for
+    with pytest.raises(ValueError, match="7 route keys for 2 prompts x 4"):
+        routed_generate(fake_generate, [[10], [20]], 4, keys[:7], lambda key: {}, temperature=0.7)
 
 
 def test_request_vector_rows_share_reuse_and_free_rows():
@@ -79,14 +81,17 @@ def test_request_vector_rows_share_reuse_and_free_rows():
     for req in ("r1", "r2", "r3", "r4"):
         live[req] = True
     assert rows.row_of("r0", state()) == (0, True)
+    assert rows.row_of("r0b", state(steer_prompt="false")) == (0, False)  # vllm_xargs may carry strings
     assert rows.row_of("r1", state(a)) == (1, True)
     assert rows.row_of("r2", state(a, steer_prompt=False)) == (1, False)  # same vector, same row
     assert rows.row_of("r3", state(b)) == (2, True)
     assert torch.equal(table, torch.tensor([[0.0] * 4, a, b]))
-    with pytest.raises(RuntimeError, match="distinct steering vectors"):
-        rows.row_of("r4", state(c))  # both rows in use
+    assert rows.row_of("r4", state(c)) == (0, True)  # both rows in use: refused, generated unsteered, counted
+    assert rows.rejected == 1
     del live["r1"], live["r2"]  # the requests using `a` finished
-    assert rows.row_of("r4", state(c)) == (1, True)
+    assert rows.row_of("r6", state(c)) == (1, True)
     assert torch.equal(table[1], torch.tensor(c))
-    with pytest.raises(RuntimeError, match="4 floats"):
-        rows.row_of("r5", state([1.0, 2.0]))
+    assert rows.row_of("r5", state([1.0, 2.0])) == (0, True)  # wrong hidden size
+    assert rows.row_of("r7", state([float("nan")] * 4)) == (0, True)
+    assert rows.rejected == 3
+    assert rows.status(layer=0, calls=5) == {"layer": 0, "hidden_size": 4, "max_vectors": 2, "calls": 5, "rejected": 3}

@@ -315,3 +315,27 @@ def resolve_model_and_config(model, args, config_cls: type, suffix: str):
     if not isinstance(args, config_cls):
         raise TypeError(f"this trainer needs a {config_cls.__name__}, got {type(args).__name__}")
     return model, args
+
+
+def check_train_dataset_size(train_dataset, args) -> None:
+    """Raise if ``train_dataset`` has fewer prompts than one generation batch needs (TRL would train 0 steps).
+
+    TRL's sampler draws ``generation_batch_size / num_generations`` distinct prompts per generation and drops an
+    incomplete last draw, so a smaller dataset gives an empty epoch and a run that "finishes" without a step.
+
+    Args:
+        train_dataset: a sized dataset, or None / an iterable dataset (not checked).
+        args: the trainer's ``GRPOConfig`` subclass (after ``__post_init__``).
+
+    Raises:
+        ValueError: the dataset has fewer prompts than one generation batch (the message gives both numbers).
+    """
+    if train_dataset is None or not hasattr(train_dataset, "__len__"):
+        return
+    needed = args.generation_batch_size // args.num_generations
+    if len(train_dataset) < needed:
+        raise ValueError(
+            f"the training dataset has {len(train_dataset)} prompt(s) but one generation batch needs {needed} "
+            f"(generation_batch_size={args.generation_batch_size} / num_generations={args.num_generations}): "
+            "no training step could run; use more prompts or a smaller per_device_train_batch_size"
+        )

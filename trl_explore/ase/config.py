@@ -144,6 +144,11 @@ class ASEConfig(GRPOConfig):
             raise ValueError(f"correctness_reward_index must be >= 0, got {self.correctness_reward_index}")
         if self.use_vllm:
             self._use_trl_importance_sampling()
+            if self.vllm_model_impl == "transformers":
+                raise ValueError(
+                    "ASE-GRPO steers vLLM's own model implementation (decoder blocks over a flat token dimension); "
+                    "vllm_model_impl='transformers' is not supported: use 'auto' or 'vllm'"
+                )
 
     def _use_trl_importance_sampling(self) -> None:
         """With vLLM, ASE's token-level TIS is TRL's ``token_truncate`` correction capped at ``is_cap``."""

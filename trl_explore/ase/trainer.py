@@ -51,7 +51,7 @@ from trl_explore.ase.steering import ActivationSteeringGenerator, readout_positi
 from trl_explore.ase.steering.base import block_hidden_states
 from trl_explore.ase.steering.vllm import VLLMActivationSteeringGenerator, steerable_vllm
 from trl_explore.ase.steering.vllm_server import ServerSteering
-from trl_explore.defaults import resolve_model_and_config
+from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -151,6 +151,22 @@ def _block_readouts(block, input_ids, attention_mask, logits_to_keep: int, fract
         handle.remove()
 
 
+def _check_steering_layer(model, layer: int) -> None:
+    """Raise ``ValueError`` if ``layer`` is not a decoder block of ``model`` (a path / Hub id or a model)."""
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    else:
+        config = unwrap_model(model).config
+    num_layers = getattr(config.get_text_config(), "num_hidden_layers", None)
+    if num_layers is not None and not 0 <= layer < num_layers:
+        raise ValueError(
+            f"steering layer {layer} is out of range: the model has {num_layers} decoder layers "
+            f"(valid: 0 to {num_layers - 1}; ASEConfig.steering_layer)"
+        )
+
+
 def _max_routes(args: ASEConfig) -> int:
     """Rows of the vLLM steering table: the clean route plus the most vectors one generate call can use (K, or one
     per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``)."""
@@ -228,7 +244,7 @@ class ASEGRPOTrainer(GRPOTrainer):
         for option in ("tools", "rollout_func", "environment_factory"):
             if kwargs.get(option):
                 raise NotImplementedError(
-                    f"ASEGRPOTrainer does not support `{option}` (single-turn HF generation only)"
+                    f"ASEGRPOTrainer does not support `{option}` (single-turn generation only)"
                 )
         if reward_funcs is None:
             from trl_explore.rewards.math_verify_reward import math_reward
@@ -240,11 +256,22 @@ class ASEGRPOTrainer(GRPOTrainer):
                 f"correctness_reward_index={args.correctness_reward_index} but there are only {num_funcs} "
                 "reward functions"
             )
+        check_train_dataset_size(kwargs.get("train_dataset"), args)
+        if args.use_vllm:
+            _check_steering_layer(model, args.steering_layer)  # before vLLM loads the weights
+            if args.bank_control == "unstructured_random" and args.vllm_mode == "colocate" and (
+                args.vllm_tensor_parallel_size > 1
+            ):
+                raise NotImplementedError(
+                    "bank_control='unstructured_random' with vllm_tensor_parallel_size > 1: the per-rollout random "
+                    "vectors differ between the ranks of a tensor-parallel group; use tensor parallel size 1"
+                )
         if args.use_vllm and args.vllm_mode == "server":  # the server steers (plugin); requests carry the vectors
             super().__init__(model, reward_funcs, args=args, **kwargs)
             self.vllm_steerer = ServerSteering(self.vllm_generation, self.accelerator, steer_prompt=args.steer_prompt)
-            if self.accelerator.is_main_process:
-                self.vllm_steerer.server_calls()  # fails now if the server cannot steer
+            if self.accelerator.is_main_process:  # fails now if the server cannot steer this block of this model
+                text_config = unwrap_model(self.model).config.get_text_config()
+                self.vllm_steerer.check_server(args.steering_layer, text_config.hidden_size)
         elif args.use_vllm:  # the steering slot goes into the engine's decoder block before vLLM compiles it
             with steerable_vllm(layer=args.steering_layer, max_routes=_max_routes(args)), engine_options(
                 enforce_eager=True if args.vllm_enforce_eager else None

@@ -2,8 +2,10 @@
 
 Definition used throughout trl_explore: ``H_last_i`` is the Shannon entropy, in nats, of the policy's
 next-token distribution ``pi_theta(. | q, tau_<T)`` that PRODUCED the final completion token of
-``tau_i`` (EOS included when the completion stopped; the last kept token when it was truncated). It is
-the raw policy distribution (temperature 1, before top-p/top-k filtering).
+``tau_i`` (EOS included when the completion stopped; the last kept token when it was truncated), at the
+sampling temperature ``T`` (``softmax(logits / T)``, before top-p/top-k filtering; the raw policy at the
+default ``T = 1``). The same convention holds on every generation path: the HF recorder below divides by ``T``,
+and with vLLM the value comes from TRL's no-grad forward, whose entropies are taken at ``T``.
 
 How it is obtained, without an extra policy forward pass when generating with transformers: a
 forward hook on the LM head records the entropy of every decoding step's last-position logits
@@ -61,9 +63,13 @@ class LastTokenEntropyRecorder:
 
     Args:
         model: the (unwrapped) causal LM; its ``get_output_embeddings()`` module is hooked.
+        temperature: the sampling temperature ``T > 0``; entropies are of ``softmax(logits / T)`` (default 1).
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, temperature: float = 1.0):
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = float(temperature)
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if head is None:
             raise ValueError(f"{type(model).__name__} has no output embeddings (LM head) to record entropies from")
@@ -73,7 +79,10 @@ class LastTokenEntropyRecorder:
 
     def _hook(self, module, args, output):
         logits = output[0] if isinstance(output, tuple) else output
-        self._steps.append(entropy_from_logits(logits[:, -1, :].detach()))
+        last = logits[:, -1, :].detach()
+        if self.temperature != 1.0:
+            last = last.float() / self.temperature
+        self._steps.append(entropy_from_logits(last))
 
     def __enter__(self) -> LastTokenEntropyRecorder:
         self._steps = []

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 import torch
 from trl import GRPOTrainer
 
-from trl_explore.defaults import resolve_model_and_config
+from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -139,6 +139,7 @@ class OGERTrainer(GRPOTrainer):
         train_dataset = kwargs.get("train_dataset")
         if train_dataset is not None and not hasattr(train_dataset, "__len__"):
             train_dataset = None  # an IterableDataset: rows are checked as they arrive
+        check_train_dataset_size(train_dataset, args)
         for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
             _check_prompt(train_dataset[i], f"training row {i}")
             offline_trajectories(train_dataset[i], args, f"training row {i}")
@@ -179,7 +180,7 @@ class OGERTrainer(GRPOTrainer):
         uses_hf_generate = not (self.use_vllm or self.use_transformers_continuous_batching or self.rollout_func or self.tools)
         if not uses_hf_generate:
             return nullcontext()
-        return LastTokenEntropyRecorder(self.accelerator.unwrap_model(self.model))
+        return LastTokenEntropyRecorder(self.accelerator.unwrap_model(self.model), self.temperature)
 
     def _forward_last_token_entropy(self, prompt_ids, completion_ids) -> torch.Tensor:
         """One no-grad policy forward for ``H_last`` when generation did not record it (vLLM, custom rollouts).

@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -72,6 +73,11 @@ def _steered_forward(self, *args, **kwargs):
     """Forward of a steered vLLM decoder block: the block's own forward, then ``hidden += table[route]``."""
     output = self._trl_explore_base_forward(*args, **kwargs)
     hidden = output[0] if isinstance(output, tuple) else output
+    if hidden.dim() != 2:  # e.g. model_impl="transformers" blocks return [1, num_tokens, d]: routes would broadcast
+        raise RuntimeError(
+            f"vLLM steering expects decoder blocks with [num_tokens, d] outputs (vLLM's own model implementation), got "
+            f"shape {tuple(hidden.shape)}; use vllm_model_impl='vllm'"
+        )
     table = getattr(self, _TABLE)
     offsets = table[getattr(self, _ROUTES)[: hidden.shape[0]]]  # [num_tokens, d]; route 0 reads the zero row
     getattr(self, _CALLS).add_(1)
@@ -180,7 +186,7 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
     on it. Disables vLLM's on-disk compile cache inside the context (``VLLM_DISABLE_COMPILE_CACHE=1``), so a
     graph compiled from an unpatched model can never be reused. Only engines whose model runner lives in this
     process are reached (colocate mode, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` or ``external_launcher``);
-    in server mode the worker extension does the same in the server (``trl_explore.vllm_serve``).
+    in server mode the vLLM plugin of ``trl_explore.ase.steering.vllm_server`` does the same in the server.
 
     Args:
         layer: decoder block to steer (ASEConfig.steering_layer).
@@ -336,8 +342,18 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         self.tp_group = tp_group
         self.runner = vllm_model_runner(llm)
         layers = vllm_decoder_layers(self.runner.model)
-        block = layers[layer] if layer < len(layers) else None
-        if block is None or not hasattr(block, _TABLE):
+        if layer >= len(layers):
+            raise ValueError(
+                f"steering layer {layer} is out of range: the vLLM model has {len(layers)} decoder layers "
+                f"(valid: 0 to {len(layers) - 1}; ASEConfig.steering_layer)"
+            )
+        if getattr(self.runner, "_trl_explore_block", None) is not None:
+            raise RuntimeError(
+                "this engine was made steerable by the server plugin (TRL_EXPLORE_STEERING_LAYER is set in this "
+                "process): unset it for colocate mode"
+            )
+        block = layers[layer]
+        if not hasattr(block, _TABLE):
             if not _is_eager(llm):
                 raise RuntimeError(
                     f"this vLLM engine is compiled and decoder block {layer} has no steering slot: build the engine "
@@ -359,26 +375,28 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         self.forward_calls: int | None = None
         self._wrapped = supported
         self._active = False
-        self._context = 0  # numbers the steering contexts, for the prefix-cache salt
+        self._salt = ""  # prefix-cache salt of the open steering context
         if supported:
             self._wrap_model_forward()
 
     # -------------------------------------------------------------- per-token routes
     def _wrap_model_forward(self) -> None:
+        """Wrap the runner's ``_model_forward`` once per runner; the wrapper serves whichever steerer of this engine
+        has a :meth:`steering` context open (at most one: ``runner._trl_explore_active``)."""
         runner = self.runner
-        if getattr(runner, "_trl_explore_steerer", None) is not None:
-            runner._trl_explore_steerer = self
+        if getattr(runner, "_trl_explore_wrapped", False):
             return
         original = runner._model_forward
-        runner._trl_explore_steerer = self
+        runner._trl_explore_active = None
 
         def _model_forward(*args, **kwargs):
-            steerer = runner._trl_explore_steerer
-            if steerer is not None and steerer._active:
-                steerer._write_token_routes()
+            active = runner._trl_explore_active
+            if active is not None:
+                active._write_token_routes()
             return original(*args, **kwargs)
 
         runner._model_forward = _model_forward
+        runner._trl_explore_wrapped = True
 
     def _write_token_routes(self) -> None:
         """Write the route of every token of the forward pass about to run into the route buffer."""
@@ -414,6 +432,11 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         """
         if self._active:
             raise RuntimeError("a steering context is already active on this VLLMActivationSteeringGenerator")
+        if getattr(self.runner, "_trl_explore_active", None) is not None:
+            raise RuntimeError(
+                "another VLLMActivationSteeringGenerator has a steering context open on this vLLM engine; "
+                "close it first (one steering context per engine)"
+            )
         check_routes(route_ids, vectors, self.hidden_size)
         alpha = self.alpha if alpha is None else _check_alpha(alpha)
         if vectors.shape[0] + 1 > self.max_routes:
@@ -427,24 +450,38 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         fresh[1 : vectors.shape[0] + 1] = (alpha * vectors.detach().float()).to(device=table.device, dtype=table.dtype)
         table.copy_(fresh)
         routes = route_ids.tolist()
-        self._context += 1
+        self._salt = f"trl-explore-steer-{uuid.uuid4().hex}"  # fresh per context: never reuses another's cache
         calls_before = int(calls.item())
         self.forward_calls = 0 if self._wrapped else None
         llm, original = self.llm, self.llm.generate
+        previous = llm.__dict__.get("generate")  # an instance attribute someone else set, restored on exit
 
         def generate(prompts, sampling_params=None, *args, **kwargs):
             return self._generate(original, routes, prompts, sampling_params, *args, **kwargs)
 
         llm.generate = generate
         self._active = True
+        if self._wrapped:
+            self.runner._trl_explore_active = self
         try:
             yield
         finally:
             self._active = False
-            del llm.generate  # back to the class method
+            if self._wrapped:
+                self.runner._trl_explore_active = None
+            if previous is None:
+                llm.__dict__.pop("generate", None)  # back to the class method
+            else:
+                llm.generate = previous
             table.zero_()
             getattr(self.block, _ROUTES).zero_()
             self.hook_calls = int(calls.item()) - calls_before
+        steered = bool((route_ids != 0).any())
+        if steered and self._wrapped and self.hook_calls > 0 and self.forward_calls == 0:
+            raise RuntimeError(
+                "vLLM steering: the engine ran forward passes in this context but the route writer never did; the "
+                "routes were not applied"
+            )
         self._raise_if_not_fired(route_ids, "vLLM steering", self.forward_calls)
 
     def _routes_for(self, routes: list[int], num_prompts: int) -> list[int]:
@@ -497,7 +534,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
             prompt = {"prompt": prompt}
         if not isinstance(prompt, dict):
             raise RuntimeError(f"steered vLLM generation expects str or dict prompts, got {type(prompt).__name__}")
-        salt = f"trl-explore-steer-{id(self)}-{self._context}-route{route}"  # no "/" (vLLM's salt rules)
+        salt = f"{self._salt}-route{route}"  # at most 128 characters, no "/" (vLLM's salt rules)
         return {**prompt, "cache_salt": salt if "cache_salt" not in prompt else f"{prompt['cache_salt']}-{salt}"}
 
     def score(self, *args, **kwargs):

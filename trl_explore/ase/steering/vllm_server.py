@@ -8,13 +8,15 @@ of every token before each forward pass. A request is steered when its ``Samplin
 API's ``vllm_xargs``) hold ``trl_explore_steering_vector``: the offset ``alpha * v`` as a list of ``d`` floats. Rows
 of the table are given to distinct vectors while requests use them (``TRL_EXPLORE_STEERING_MAX_VECTORS``, default
 64). ``trl_explore_steer_prompt: false`` leaves the prompt clean. The worker method
-``trl_explore_steering_calls`` (called through the dev-mode ``/collective_rpc`` endpoint) returns how many times
-the steered block ran, so the client can prove that steering happened.
+``trl_explore_steering_status`` (called through the dev-mode ``/collective_rpc`` endpoint) reports the steered
+layer, the hidden size, how many times the steered block ran and how many requests' vectors were refused (a bad
+vector never takes the server down: its request runs unsteered and the client raises), so the client can prove
+that steering happened where it should.
 
 Client side — :class:`ServerSteering`, used by ``ASEGRPOTrainer`` in server mode. TRL's main process sends all
 prompts in one ``VLLMClient.generate(prompts, n=num_generations)`` call; inside :meth:`ServerSteering.steering`
 that call is split into one request per (route, rollouts-per-prompt) pair (:func:`routed_generate`), each with its
-route's vector and a ``cache_salt``, and the answers are put back in rollout order.
+route's vector and a ``cache_salt``, sent concurrently, and the answers are put back in rollout order.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
@@ -43,21 +47,23 @@ ENV_LAYER = "TRL_EXPLORE_STEERING_LAYER"
 ENV_MAX_VECTORS = "TRL_EXPLORE_STEERING_MAX_VECTORS"
 VECTOR_KEY = "trl_explore_steering_vector"
 STEER_PROMPT_KEY = "trl_explore_steer_prompt"
-CALLS_METHOD = "trl_explore_steering_calls"
+STATUS_METHOD = "trl_explore_steering_status"
 
 
 # ------------------------------------------------------------------ server side
 class RequestVectorRows:
     """Table rows for the steering vectors carried by requests (server side).
 
-    Identical vectors share a row; a row is freed when no running request uses it.
+    Identical vectors share a row; a row is freed when no running request uses it. A request whose vector cannot be
+    served (wrong length, not finite, or more distinct vectors in flight than ``R - 1``) is generated unsteered and
+    counted in :attr:`rejected` (reported by the worker RPC, so the client raises): the shared server stays up.
 
     Args:
         table: the steered block's ``[R, d]`` table (row 0 stays zero).
         requests: the runner's live ``{req_id: state}`` dict (finished requests leave it).
 
-    Raises (from :meth:`row_of`):
-        RuntimeError: a vector of the wrong length, or more distinct vectors in flight than ``R - 1``.
+    Attributes:
+        rejected: number of requests whose vector was refused since the server started.
     """
 
     def __init__(self, table: torch.Tensor, requests: dict) -> None:
@@ -65,16 +71,24 @@ class RequestVectorRows:
         self.requests = requests
         self.row_of_request: dict[str, int] = {}
         self.row_of_digest: dict[str, int] = {}
+        self.rejected = 0
 
     def row_of(self, req_id: str, state) -> tuple[int, bool]:
         extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
-        steer_prompt = bool(extra.get(STEER_PROMPT_KEY, True))
+        steer_prompt = extra.get(STEER_PROMPT_KEY, True) not in (False, 0, "false", "False", "0")
         vector = extra.get(VECTOR_KEY)
         if vector is None:
             return 0, steer_prompt
         row = self.row_of_request.get(req_id)
         if row is None:
-            row = self._assign(vector)
+            if len(self.row_of_request) > 2 * len(self.requests) + 64:
+                self._release_finished()
+            try:
+                row = self._assign(vector)
+            except (RuntimeError, ValueError, TypeError) as error:
+                self.rejected += 1
+                logger.error("trl_explore: request %s is generated UNSTEERED: %s", req_id, error)
+                row = 0
             self.row_of_request[req_id] = row
         return row, steer_prompt
 
@@ -85,6 +99,8 @@ class RequestVectorRows:
                 f"{VECTOR_KEY} must hold {self.table.shape[1]} floats (the model's hidden size), got shape "
                 f"{tuple(values.shape)}"
             )
+        if not torch.isfinite(values).all():
+            raise RuntimeError(f"{VECTOR_KEY} holds NaN or infinite values")
         digest = hashlib.sha1(values.numpy().tobytes()).hexdigest()
         if digest in self.row_of_digest:
             return self.row_of_digest[digest]
@@ -111,12 +127,20 @@ class RequestVectorRows:
         live = set(self.row_of_request.values())
         self.row_of_digest = {d: r for d, r in self.row_of_digest.items() if r in live}
 
+    def status(self, layer: int, calls: int) -> dict:
+        """What the worker RPC reports: steered layer, hidden size, table capacity, block calls, rejected requests."""
+        return {
+            "layer": layer, "hidden_size": int(self.table.shape[1]), "max_vectors": int(self.table.shape[0] - 1),
+            "calls": calls, "rejected": self.rejected,
+        }
+
 
 def install_server_steering(runner, layer: int, max_vectors: int = 64):
     """Make a vLLM model runner serve steered requests (see the module docstring); returns the steered block.
 
     Raises:
         RuntimeError: the runner does not expose its batch layout (per-request vectors need vLLM's V1 runner).
+        ValueError: ``layer`` is out of range.
     """
     if not runner_exposes_batch_layout(runner):
         raise RuntimeError(
@@ -134,25 +158,40 @@ def install_server_steering(runner, layer: int, max_vectors: int = 64):
 
     runner._model_forward = _model_forward
     runner._trl_explore_block = block
+    runner._trl_explore_status = lambda: rows.status(layer, int(getattr(block, _CALLS).item()))
     logger.info("trl_explore: steering slot on decoder block %d (%d vectors)", layer, max_vectors)
     return block
 
 
-def _steering_calls(worker) -> int:
-    """Worker RPC: executions of the steered block so far (``-1`` if this worker has no steering slot)."""
+def _steering_status(worker) -> dict | None:
+    """Worker RPC: ``{"layer", "hidden_size", "max_vectors", "calls", "rejected"}`` (None without a slot)."""
     inner = getattr(worker, "worker", None) or worker
-    runner = getattr(inner, "model_runner", None)
-    block = getattr(runner, "_trl_explore_block", None)
-    return -1 if block is None else int(getattr(block, _CALLS).item())
+    status = getattr(getattr(inner, "model_runner", None), "_trl_explore_status", None)
+    return None if status is None else status()
+
+
+def _env_int(name: str, default: str | None = None) -> int:
+    value = os.environ.get(name, default)
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
 def register() -> None:
-    """vLLM general plugin: steering slot in every model runner when ``TRL_EXPLORE_STEERING_LAYER`` is set."""
-    value = os.environ.get(ENV_LAYER, "").strip()
-    if not value:
+    """vLLM general plugin: steering slot in every model runner when ``TRL_EXPLORE_STEERING_LAYER`` is set.
+
+    Engines built inside :func:`~trl_explore.ase.steering.vllm.steerable_vllm` (colocate mode) are left to it.
+
+    Raises:
+        ValueError: ``TRL_EXPLORE_STEERING_LAYER`` or ``TRL_EXPLORE_STEERING_MAX_VECTORS`` is not an integer.
+    """
+    if not os.environ.get(ENV_LAYER, "").strip():
         return
-    layer = int(value)
-    max_vectors = int(os.environ.get(ENV_MAX_VECTORS, "64"))
+    layer = _env_int(ENV_LAYER)
+    max_vectors = _env_int(ENV_MAX_VECTORS, "64")
+    from trl_explore.ase.steering.vllm import _pending
+
     for cls in _runner_classes():
         original = cls.__dict__.get("load_model")
         if original is None or getattr(original, "_trl_explore", False):
@@ -160,7 +199,8 @@ def register() -> None:
 
         def load_model(self, *args, _original=original, **kwargs):
             result = _original(self, *args, **kwargs)
-            install_server_steering(self, layer, max_vectors)
+            if getattr(_pending, "slot", None) is None:  # not a colocate engine under steerable_vllm
+                install_server_steering(self, layer, max_vectors)
             return result
 
         load_model._trl_explore = True
@@ -168,7 +208,7 @@ def register() -> None:
     from vllm.v1.worker.worker_base import WorkerBase, WorkerWrapperBase
 
     for cls in (WorkerWrapperBase, WorkerBase):
-        setattr(cls, CALLS_METHOD, _steering_calls)
+        setattr(cls, STATUS_METHOD, _steering_status)
 
 
 # ------------------------------------------------------------------ client side
@@ -224,23 +264,32 @@ def routed_generate(
     """
     n = num_generations
     total = len(prompts) * n
+    if len(keys) != total:
+        raise ValueError(f"{len(keys)} route keys for {len(prompts)} prompts x {n} rollouts")
     completion_ids: list = [None] * total
     logprobs: list | None = [None] * total
     token_ids: list | None = [None] * total
     prompt_ids: list = [None] * len(prompts)
     base = dict(kwargs.pop("generation_kwargs", None) or {})
-    for key, count, indices in route_requests(keys, n):
+    plan = route_requests(keys, n)
+
+    def send(key: int, count: int, indices: list[int]) -> dict:
         extra = request_kwargs(key)
         gen_kwargs = {**base, **{k: v for k, v in extra.items() if k != "vllm_xargs"}}
         if "vllm_xargs" in extra:
             gen_kwargs["vllm_xargs"] = {**(base.get("vllm_xargs") or {}), **extra["vllm_xargs"]}
-        out = generate(
+        return generate(
             prompts=[prompts[p] for p in indices],
             features=None if features is None else [features[p] for p in indices],
             n=count,
             generation_kwargs=gen_kwargs,
             **kwargs,
         )
+
+    # all requests at once, so the server batches the routes together (as TRL's own client does for chats)
+    with ThreadPoolExecutor(max_workers=min(len(plan), 32)) as pool:
+        outputs = list(pool.map(lambda request: send(*request), plan))
+    for (key, count, indices), out in zip(plan, outputs):
         for slot, p in enumerate(indices):
             prompt_ids[p] = out["prompt_ids"][slot]
             rows = [p * n + j for j in range(n) if keys[p * n + j] == key]
@@ -276,13 +325,13 @@ class ServerSteering:
         self.accelerator = accelerator
         self.steer_prompt = steer_prompt
         self.hook_calls: int | None = None
-        self._context = 0
 
     def _client(self):
         return getattr(self.vllm_generation, "vllm_client", None)
 
-    def server_calls(self) -> int:
-        """Sum of the server workers' steered-block counters.
+    def server_status(self) -> dict:
+        """The server workers' steering status: ``{"layer", "hidden_size", "max_vectors", "calls", "rejected"}``,
+        with ``calls`` and ``rejected`` summed over workers.
 
         Raises:
             RuntimeError: the server does not run the plugin (no ``TRL_EXPLORE_STEERING_LAYER``), has no dev-mode
@@ -292,7 +341,7 @@ class ServerSteering:
 
         client = self._client()
         try:  # plain requests: the client's session retries a 500 several times
-            response = requests.post(f"{client.base_url}/collective_rpc", json={"method": CALLS_METHOD}, timeout=60)
+            response = requests.post(f"{client.base_url}/collective_rpc", json={"method": STATUS_METHOD}, timeout=60)
             status = response.status_code
         except requests.RequestException as error:
             status = repr(error)
@@ -302,10 +351,26 @@ class ServerSteering:
                 f"{ENV_LAYER}=<steering_layer> and VLLM_SERVER_DEV_MODE=1 (`trl vllm-serve` sets the latter), with "
                 "trl_explore installed in the server's environment"
             )
-        results = [int(r) for r in response.json()["results"]]
-        if any(r < 0 for r in results):
-            raise RuntimeError(f"a vLLM server worker has no steering slot (counters {results}); set {ENV_LAYER}")
-        return sum(results)
+        results = response.json()["results"]
+        if not results or any(not isinstance(r, dict) for r in results):
+            raise RuntimeError(f"a vLLM server worker has no steering slot ({results}); set {ENV_LAYER}")
+        first = results[0]
+        return {**first, "calls": sum(r["calls"] for r in results), "rejected": sum(r["rejected"] for r in results)}
+
+    def check_server(self, layer: int, hidden_size: int) -> dict:
+        """Fail now unless the server steers decoder block ``layer`` of a model with ``hidden_size``.
+
+        Raises:
+            RuntimeError: see :meth:`server_status`; or the server steers another block / model.
+        """
+        status = self.server_status()
+        if (status["layer"], status["hidden_size"]) != (layer, hidden_size):
+            raise RuntimeError(
+                f"the vLLM server steers block {status['layer']} of a model with hidden size {status['hidden_size']}, "
+                f"but this trainer needs block {layer} (ASEConfig.steering_layer) and hidden size {hidden_size}: "
+                f"restart the server with {ENV_LAYER}={layer} and the policy's model"
+            )
+        return status
 
     @contextmanager
     def steering(self, keys: torch.Tensor, offsets: torch.Tensor) -> Iterator[None]:
@@ -316,7 +381,8 @@ class ServerSteering:
             offsets: ``Tensor[B, d]`` this process's offsets ``alpha * v_route`` (zero rows for clean rollouts).
 
         Raises:
-            RuntimeError: (main process, on exit) steering was requested but the server's steered block did not run.
+            RuntimeError: (main process, on exit) steering was requested but the server's steered block did not run,
+                or the server refused some requests' vectors (they ran unsteered).
         """
         device = self.accelerator.device
         all_keys = self.accelerator.gather(keys.to(device)).cpu()
@@ -325,10 +391,9 @@ class ServerSteering:
         if client is None:  # only the main process talks to the server
             yield
             return
-        self._context += 1
         key_list = all_keys.tolist()
         vector_of = {k: all_offsets[key_list.index(k)] for k in set(key_list) if k != 0}
-        salt = f"trl-explore-steer-{id(self)}-{self._context}"  # at most 128 chars, no "/" (vLLM's rules)
+        salt = f"trl-explore-steer-{uuid.uuid4().hex}"  # fresh per context; at most 128 chars, no "/" (vLLM's rules)
 
         def request_kwargs(key: int) -> dict:
             if key == 0:
@@ -344,16 +409,23 @@ class ServerSteering:
             return routed_generate(original, prompts, n, key_list, request_kwargs, features=features, **kwargs)
 
         steered = any(key_list)
-        before = self.server_calls() if steered else 0
+        before = self.server_status() if steered else None
         client.generate = generate
         try:
             yield
         finally:
-            del client.generate
+            client.__dict__.pop("generate", None)
         if steered:
-            self.hook_calls = self.server_calls() - before
+            after = self.server_status()
+            self.hook_calls = after["calls"] - before["calls"]
             if self.hook_calls <= 0:
                 raise RuntimeError(
                     "vLLM server steering was requested but the steered block never ran on the server: is "
                     f"{ENV_LAYER} set where the server runs?"
+                )
+            if after["rejected"] > before["rejected"]:
+                raise RuntimeError(
+                    f"the vLLM server refused the steering vectors of {after['rejected'] - before['rejected']} "
+                    f"request(s) and generated them unsteered (wrong hidden size, non-finite values, or more than "
+                    f"{after['max_vectors']} distinct vectors in flight: raise {ENV_MAX_VECTORS}); see the server log"
                 )
