@@ -15,6 +15,11 @@ What is timed (wall clock, after one warm-up call of each variant; variants inte
 * ``vllm_per_route``: the same, forcing one ``generate`` call per route (the fallback for runners that do not
   expose their batch layout).
 
+Every steered call asserts that the route writer and the steered block ran on every forward pass. The prefix
+cache is reset before every vLLM call, as TRL does after each weight sync (otherwise the unsteered calls would
+reuse the previous call's prompt cache, which steered prompts, salted per context, never do). The variant
+order is reversed on every other repeat (A B C, C B A, ...), so no variant always follows the same one.
+
 The engine is built once per ``--mode`` (``eager`` and/or ``compiled``), steerable (``steerable_vllm``); the
 unsteered calls run on the same engine with every route 0. Ratios: median time of a variant over the median of
 its baseline. Results: ``benchmarks/results/vllm_rollout_cpu.{json,md}``.
@@ -150,6 +155,8 @@ def main() -> None:
         def run_steered(gen=steerer):
             with gen.steering(routes, vectors):
                 llm.generate(vllm_prompts, params, use_tqdm=False)
+            # every forward pass was steered (compiled graphs may count a pass more than once: replayed mutation)
+            assert gen.forward_calls != 0 and gen.hook_calls >= (gen.forward_calls or 1), (gen.hook_calls, gen.forward_calls)
 
         variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": lambda: run_steered(per_route)}
         if args.skip_per_route:
@@ -162,7 +169,10 @@ def main() -> None:
             print(f"[{mode}] warm-up: {name} {time.perf_counter() - start:.2f} s", flush=True)
         times = {name: [] for name in variants}
         for repeat in range(args.repeats):
-            for name, fn in variants.items():
+            order = list(variants.items())
+            for name, fn in order if repeat % 2 == 0 else order[::-1]:  # A B C, C B A, ...: no order bias
+                if name != "hf":  # as TRL after every weight sync: no call reuses another call's prompt cache
+                    llm.reset_prefix_cache()
                 start = time.perf_counter()
                 inner = fn()  # the HF worker reports its own generate time (no pipe latency)
                 times[name].append(inner if isinstance(inner, float) else time.perf_counter() - start)
@@ -179,7 +189,9 @@ def main() -> None:
             results["ratios"][f"vllm_per_route / vllm [{mode}]"] = med["vllm_per_route"] / med["vllm"]
         if "hf" in med:
             results["ratios"][f"hf / vllm [{mode}] (rollout time)"] = med["hf"] / med["vllm"]
-        steerer = per_route = llm = variants = None  # free the engine before the next mode builds one
+        # free the engine (and every closure and loop variable holding it) before the next mode builds one: a late
+        # destructor of this engine would tear down the process groups of the next
+        steerer = per_route = llm = variants = run_vllm = run_steered = fn = order = None  # noqa: F841
         gc.collect()
 
     if worker is not None:

@@ -14,10 +14,10 @@ The interface is stated in terms of three things only:
 * ``alpha``: the steering strength (ASE paper §3.3; SPEC §3.4 default 0.5).
 
 How a backend applies them is its own business: the HF backend adds a per-row ``[B, 1, d]`` offset in
-one forward hook during one ``generate`` call; a vLLM backend, whose decoder layers return
-``(hidden_states, residual)`` over a flat token dimension, would instead run one ``generate`` call per
-route (see :func:`route_groups`) with a persistent ``[d]`` buffer read by one hook (the residual stream
-there is ``hidden_states + residual``, so adding the offset to one of the two steers it).
+one forward hook during one ``generate`` call; the vLLM backend (``vllm.py``), whose decoder layers return
+``(hidden_states, residual)`` over a flat token dimension, adds ``table[route of token]`` inside the steered
+block's traced forward (the residual stream there is ``hidden_states + residual``, so adding the offset to one
+of the two steers it), with per-request routes in one call or one call per route (see :func:`route_groups`).
 """
 
 from __future__ import annotations

@@ -316,7 +316,8 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
 
     Attributes:
         hook_calls: steered-block executions during the last :meth:`steering` context (read from the in-graph
-            counter, so compiled and graph-captured passes count).
+            counter, so compiled and graph-captured passes count; a compiled graph may count one pass more than
+            once, so the check is ``hook_calls >= forward_calls``).
         forward_calls: model forward passes seen by the runner wrapper in that context (None in one-call-per-route
             mode without a runner wrapper).
 
