@@ -339,3 +339,21 @@ def check_train_dataset_size(train_dataset, args) -> None:
             f"(generation_batch_size={args.generation_batch_size} / num_generations={args.num_generations}): "
             "no training step could run; use more prompts or a smaller per_device_train_batch_size"
         )
+
+
+def trl_scores_after_generation(trainer) -> bool:
+    """Whether TRL 1.16's ``_generate_and_score_completions`` makes a no-grad policy forward right after generation
+    (for ``old_per_token_logps``, before the rewards): when generation and optimizer steps are misaligned, and
+    always with vLLM's importance-sampling correction. Both trainers read values from that forward instead of
+    making one of their own.
+
+    Args:
+        trainer: a ``GRPOTrainer`` (after ``__init__``).
+
+    Returns:
+        True if that forward happens (in training and in evaluation alike).
+    """
+    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+    return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(
+        trainer.use_vllm and trainer.vllm_importance_sampling_correction
+    )

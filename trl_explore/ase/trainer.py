@@ -48,10 +48,10 @@ from trl_explore.ase.config import ASEConfig
 from trl_explore.ase.importance import truncated_importance_weights
 from trl_explore.ase.routing import balanced_uniform_routes, pairwise_answer_disagreement, per_route_accuracy
 from trl_explore.ase.steering import ActivationSteeringGenerator, readout_positions, steering_offsets, unwrap_model
-from trl_explore.ase.steering.base import block_hidden_states
+from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 from trl_explore.ase.steering.vllm import VLLMActivationSteeringGenerator, steerable_vllm
 from trl_explore.ase.steering.vllm_server import ServerSteering
-from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config
+from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -160,11 +160,8 @@ def _check_steering_layer(model, layer: int) -> None:
     else:
         config = unwrap_model(model).config
     num_layers = getattr(config.get_text_config(), "num_hidden_layers", None)
-    if num_layers is not None and not 0 <= layer < num_layers:
-        raise ValueError(
-            f"steering layer {layer} is out of range: the model has {num_layers} decoder layers "
-            f"(valid: 0 to {num_layers - 1}; ASEConfig.steering_layer)"
-        )
+    if num_layers is not None:
+        check_layer_index(layer, num_layers)
 
 
 def _max_routes(args: ASEConfig) -> int:
@@ -316,10 +313,7 @@ class ASEGRPOTrainer(GRPOTrainer):
         # TRL computes `old_per_token_logps` in a no-grad forward right after generation when generation and the
         # optimizer steps are not aligned; the readouts are then taken from that forward (policy at rollout time).
         # With vLLM's importance-sampling correction TRL always makes that forward.
-        generate_every = args.steps_per_generation * self.num_iterations
-        self._ase_readouts_at_scoring = args.gradient_accumulation_steps % generate_every != 0 or (
-            self.use_vllm and self.vllm_importance_sampling_correction
-        )
+        self._ase_readouts_at_scoring = trl_scores_after_generation(self)
         self._ase_generation = None  # routes / offsets of the generation call in progress
         self._ase_rewards = None  # R_m and completions of the generation call in progress
         self._ase_scoring = None  # capture slot for TRL's scoring forward

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 import torch
 from trl import GRPOTrainer
 
-from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config
+from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -237,7 +237,7 @@ class OGERTrainer(GRPOTrainer):
             entropy = None
         elif isinstance(recorder, LastTokenEntropyRecorder):
             entropy = recorder.last_token_entropy(last_pos.clamp(min=1))
-        elif self._trl_scores_after_generation():
+        elif self.model.training and trl_scores_after_generation(self):
             entropy, deferred = torch.zeros(num_rows), True  # filled from TRL's scoring forward, before the rewards
         else:
             entropy = last_token_values(self._forward_last_token_entropy(prompt_ids, completion_ids), last_pos.clamp(min=1))
@@ -357,15 +357,6 @@ class OGERTrainer(GRPOTrainer):
             )
 
     # ------------------------------------------------------------------ loss
-    def _trl_scores_after_generation(self) -> bool:
-        """Whether TRL makes a no-grad policy forward after generation (``old_per_token_logps``), as it does with
-        vLLM's importance-sampling correction or when generation and optimizer steps are misaligned."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return self.model.training and (
-            self.args.gradient_accumulation_steps % generate_every != 0
-            or (self.use_vllm and self.vllm_importance_sampling_correction)
-        )
-
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         # Overrides GRPOTrainer._get_per_token_logps_and_entropies to (a) keep the output of the policy forward made
         # inside `_compute_loss`, so the offline rows' loss reuses it (no second forward), and (b) read H_last of the

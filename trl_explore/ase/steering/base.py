@@ -68,6 +68,23 @@ def check_routes(route_ids: torch.Tensor, vectors: torch.Tensor, hidden_size: in
         raise ValueError("`vectors` contains NaN or infinite values")
 
 
+def check_layer_index(layer: int, num_layers: int) -> None:
+    """Raise ``ValueError`` unless ``0 <= layer < num_layers`` (the steered decoder block exists).
+
+    Args:
+        layer: the steered block's index (``ASEConfig.steering_layer``).
+        num_layers: the model's number of decoder blocks.
+
+    Raises:
+        ValueError: ``layer`` is out of range; the message gives the valid range and names the option.
+    """
+    if not 0 <= layer < num_layers:
+        raise ValueError(
+            f"steering layer {layer} is out of range: the model has {num_layers} decoder layers "
+            f"(valid: 0 to {num_layers - 1}; ASEConfig.steering_layer)"
+        )
+
+
 def steering_offsets(route_ids: torch.Tensor, vectors: torch.Tensor, alpha: float) -> torch.Tensor:
     """Per-rollout additive offset ``alpha * v_{route}`` with ``v_0 = 0`` (ASE paper §3.3; SPEC §3.2).
 

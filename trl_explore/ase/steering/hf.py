@@ -29,6 +29,7 @@ from trl_explore.ase.steering.base import (
     _check_temperature,
     add_to_block_output,
     block_hidden_states,
+    check_layer_index,
     check_routes,
     completion_log_probs,
     readout_positions,
@@ -199,11 +200,7 @@ class ActivationSteeringGenerator(SteeringBackend):
             ValueError: layers not found, or ``layer`` out of range (message gives the number of layers).
         """
         layers = find_decoder_layers(self.model if model is None else model)
-        if self.layer >= len(layers):
-            raise ValueError(
-                f"steering layer {self.layer} is out of range: the model has {len(layers)} decoder layers "
-                f"(valid: 0 to {len(layers) - 1}; ASEConfig.steering_layer)"
-            )
+        check_layer_index(self.layer, len(layers))
         return layers[self.layer]
 
     @contextmanager

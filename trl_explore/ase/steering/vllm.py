@@ -51,7 +51,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from trl_explore.ase.steering.base import SteeringBackend, _check_alpha, check_routes
+from trl_explore.ase.steering.base import SteeringBackend, _check_alpha, check_layer_index, check_routes
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +131,7 @@ def install_steering_slot(model: nn.Module, layer: int, max_routes: int, max_tok
         ValueError: ``layer`` out of range, or the block's hidden size cannot be found.
     """
     layers = vllm_decoder_layers(model)
-    if not 0 <= layer < len(layers):
-        raise ValueError(
-            f"steering layer {layer} is out of range: the vLLM model has {len(layers)} decoder layers "
-            f"(valid: 0 to {len(layers) - 1}; ASEConfig.steering_layer)"
-        )
+    check_layer_index(layer, len(layers))
     block = layers[layer]
     if hasattr(block, _TABLE):
         return block
@@ -161,6 +157,12 @@ def _hidden_size(model: nn.Module) -> int:
     if size is None:
         raise ValueError(f"cannot find the hidden size of vLLM model {type(model).__name__}")
     return int(size)
+
+
+def runner_max_tokens(runner) -> int:
+    """Length of the route buffer for a model runner: its largest forward pass (``max_num_tokens``, else the
+    scheduler's ``max_num_batched_tokens``) plus 64 tokens of margin for padded batch sizes."""
+    return int(getattr(runner, "max_num_tokens", 0) or runner.scheduler_config.max_num_batched_tokens) + 64
 
 
 def _runner_classes() -> list[type]:
@@ -204,8 +206,7 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
             result = original_for_lookup(self, *args, **kwargs)
             slot = getattr(_pending, "slot", None)
             if slot is not None and getattr(self, "model", None) is not None:
-                max_tokens = int(getattr(self, "max_num_tokens", 0) or self.scheduler_config.max_num_batched_tokens)
-                install_steering_slot(self.model, slot["layer"], slot["max_routes"], max_tokens + 64)
+                install_steering_slot(self.model, slot["layer"], slot["max_routes"], runner_max_tokens(self))
             return result
 
         return load_model
@@ -343,11 +344,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         self.tp_group = tp_group
         self.runner = vllm_model_runner(llm)
         layers = vllm_decoder_layers(self.runner.model)
-        if layer >= len(layers):
-            raise ValueError(
-                f"steering layer {layer} is out of range: the vLLM model has {len(layers)} decoder layers "
-                f"(valid: 0 to {len(layers) - 1}; ASEConfig.steering_layer)"
-            )
+        check_layer_index(layer, len(layers))
         if getattr(self.runner, "_trl_explore_block", None) is not None:
             raise RuntimeError(
                 "this engine was made steerable by the server plugin (TRL_EXPLORE_STEERING_LAYER is set in this "
@@ -361,8 +358,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
                     "inside `trl_explore.ase.steering.vllm.steerable_vllm(layer=...)` (hooks added to a compiled "
                     "engine are silently skipped), or use enforce_eager=True"
                 )
-            max_tokens = int(getattr(self.runner, "max_num_tokens", 0) or 8192)
-            block = install_steering_slot(self.runner.model, layer, max_routes, max_tokens + 64)
+            block = install_steering_slot(self.runner.model, layer, max_routes, runner_max_tokens(self.runner))
         self.block = block
         self.max_routes = getattr(block, _TABLE).shape[0]
         self.hidden_size = getattr(block, _TABLE).shape[1]

@@ -38,6 +38,7 @@ from trl_explore.ase.steering.vllm import (
     _runner_classes,
     install_steering_slot,
     runner_exposes_batch_layout,
+    runner_max_tokens,
     write_token_routes,
 )
 
@@ -147,8 +148,7 @@ def install_server_steering(runner, layer: int, max_vectors: int = 64):
             f"{ENV_LAYER} is set but vLLM's {type(runner).__name__} does not expose its batch layout; steering through "
             "the server needs vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)"
         )
-    max_tokens = int(getattr(runner, "max_num_tokens", 0) or runner.scheduler_config.max_num_batched_tokens)
-    block = install_steering_slot(runner.model, layer, max_vectors + 1, max_tokens + 64)
+    block = install_steering_slot(runner.model, layer, max_vectors + 1, runner_max_tokens(runner))
     rows = RequestVectorRows(getattr(block, _TABLE), runner.requests)
     original = runner._model_forward
 
