@@ -244,9 +244,9 @@ class ASEGRPOTrainer(GRPOTrainer):
                     f"ASEGRPOTrainer does not support `{option}` (single-turn generation only)"
                 )
         if reward_funcs is None:
-            from trl_explore.rewards.math_verify_reward import math_reward
+            from trl_explore.rewards.math_verify_reward import MathVerifyReward
 
-            reward_funcs = [math_reward]
+            reward_funcs = [MathVerifyReward(mode=args.grader_mode)]
         num_funcs = len(reward_funcs) if isinstance(reward_funcs, list) else 1
         if args.correctness_reward_index >= num_funcs:
             raise ValueError(
@@ -453,7 +453,7 @@ class ASEGRPOTrainer(GRPOTrainer):
         for s in range(len(counts)):
             if counts[s] > 0:
                 self._metrics[mode][f"ase/route_{s}_accuracy"].append(accuracy[s].item())
-        answers = gather_object([extract_answer(c) for c in completions])
+        answers = gather_object([extract_answer(c, mode=self.args.grader_mode) for c in completions])
         group = self.num_generations if mode == "train" else self.num_generations_eval
         disagreement = pairwise_answer_disagreement(answers, group)
         if disagreement is not None:

@@ -118,10 +118,11 @@ class OGERTrainer(GRPOTrainer):
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
-        from trl_explore.rewards.math_verify_reward import math_reward
+        from trl_explore.rewards.math_verify_reward import MathVerifyReward
         from trl_explore.rewards.oger_reward import OGERRewardFunction
 
         if reward_funcs is None:
+            math_reward = MathVerifyReward(mode=args.grader_mode)
             reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)]
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         # The ablation switches act on every OGERRewardFunction, also on ones the user passed.
