@@ -159,22 +159,23 @@ def _message_content_text(content: Any) -> str:
 def _last_box(text: str) -> tuple[str | None, bool]:
     """``(content, closed)`` of the last ``\\boxed{`` / ``\\fbox{`` of ``text``; ``(None, True)`` without a box.
 
-    Braces are balanced; escaped braces do not count. ``closed`` is False when the box never closes within
-    ``MAX_ANSWER_CHARS`` characters (a completion cut off inside its answer, or an answer too long to read).
+    Braces are balanced; escaped braces do not count. ``closed`` is False when the box never closes (a completion
+    cut off inside its answer). The content is None when it is longer than ``MAX_ANSWER_CHARS`` characters.
+    Linear in ``len(text)``.
     """
     starts = [m.end() for m in _BOX_COMMAND.finditer(text)]
     if not starts:
         return None, True
-    start = depth = 1
-    start, i, end = starts[-1], starts[-1], min(len(text), starts[-1] + MAX_ANSWER_CHARS + 1)
-    while i < end:
+    start = i = starts[-1]
+    depth = 1
+    while i < len(text):
         char = text[i]
         if char == "\\":
             i += 2  # an escaped character (\{, \}, \\)
             continue
         depth += {"{": 1, "}": -1}.get(char, 0)
         if depth == 0:
-            return text[start:i].strip(), True
+            return (text[start:i].strip() if i - start <= MAX_ANSWER_CHARS else None), True
         i += 1
     return None, False
 
