@@ -22,6 +22,7 @@ import torch
 from trl import GRPOTrainer
 
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
+from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -155,7 +156,9 @@ class OGERTrainer(GRPOTrainer):
             batch_size=args.embedding_batch_size,
             long_text_mode=args.embedding_long_text_mode,
         )
-        _ = self.encoder.dim  # load the embedding model now: a wrong name fails here, not after the first rollout
+        # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
+        # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
+        load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")
         self._oger_rows = None  # the batch rows of the current generation call
         self._oger_is_offline = None  # [B] bool of the current generation call
         self._oger_forward = None  # capture slot for the policy forward inside _compute_loss

@@ -1,0 +1,158 @@
+"""Run by tests/test_distributed_engines.py: 2 CPU processes (gloo) under one distributed engine.
+
+    <ENGINES[ENGINE]["launch"]> tests/scripts/engine_parity.py TRAINER ENGINE OUT_DIR
+
+Trains one of ``TRAINERS`` for 2 steps on a tiny model under one of ``ENGINES`` and writes ``OUT_DIR/rank{r}.json``
+per process: the completions of every step, the logged ``grad_norm`` of every step, and what each trainer keeps
+beside the policy (OGER: the embedder's parameter sizes and checksum; ASE: the steering bank). The test compares
+every engine's files with the DDP run's.
+
+To add a trainer to the tier, add one entry to ``TRAINERS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# How each engine is launched (the command before the script) and what it adds to the trainer's config.
+# DeepSpeed and FSDP2 use the shipped accelerate_configs/ with 2 processes, no mixed precision and gloo.
+_ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--mixed_precision", "no",
+               "--dynamo_backend", "no"]
+ENGINES = {
+    # the 2-process DDP command that works on CPU (`accelerate launch --cpu --num_processes 2` starts ONE process
+    # unless MPI is set up): accelerate's MULTI_CPU with gloo
+    "ddp": {"launch": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
+            "env": {"ACCELERATE_USE_CPU": "true"}, "config": {"use_cpu": True}},
+    # ddp_backend="gloo": with no GPU accelerate otherwise picks no backend and counts ONE process
+    "zero2": {"launch": [*_ACCELERATE, "--config_file", "accelerate_configs/zero2.yaml"], "env": {},
+              "config": {"ddp_backend": "gloo"}},
+    "zero3": {"launch": [*_ACCELERATE, "--config_file", "accelerate_configs/zero3.yaml"], "env": {},
+              "config": {"ddp_backend": "gloo"}},
+    # fsdp2.yaml turns on cpu_ram_efficient_loading: a model loaded while it is on comes up empty (meta) on rank 1
+    # unless it is loaded outside it (the OGER embedder must be). See _fsdp_on_cpu_state for the state it needs.
+    "fsdp2": {"launch": [*_ACCELERATE, "--config_file", "accelerate_configs/fsdp2.yaml"], "env": {},
+              "config": {"accelerator_config": {"use_configured_state": True}}},
+}
+
+
+def launch_command(trainer_name: str, engine: str, out: Path, port: int) -> tuple[list[str], dict]:
+    """The command that runs this script for ``trainer_name`` under ``engine``, and the environment it adds."""
+    launch = ENGINES[engine]["launch"]
+    port_flag = "--master_port" if "torch.distributed.run" in launch else "--main_process_port"
+    return [*launch, port_flag, str(port), __file__, trainer_name, engine, str(out)], ENGINES[engine]["env"]
+
+
+def parity_reward(completions, **kwargs):
+    """Synthetic verifier: 'correct' when the completion has an even number of characters."""
+    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
+
+
+def _grpo():
+    from trl import GRPOConfig, GRPOTrainer
+
+    from test_ase_trainer import _dataset
+
+    return GRPOTrainer, GRPOConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
+        "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
+
+
+def _oger():
+    from test_oger_trainer import _dataset
+
+    from trl_explore import OGERConfig, OGERTrainer
+
+    # each process holds one whole group of 4 (OGER replaces within groups); the default rewards (R_m + R_OGER)
+    return OGERTrainer, OGERConfig, _dataset(), {}, {
+        "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
+        "embedding_model": "embedded"}
+
+
+def _ase():
+    from test_ase_trainer import _dataset
+
+    from trl_explore import ASEConfig, ASEGRPOTrainer
+
+    # a group of 6 split 3 + 3 over the processes (ASE gathers readouts and rewards for one bank)
+    return ASEGRPOTrainer, ASEConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
+        "per_device_train_batch_size": 3, "num_generations": 6, "num_vectors": 2, "pca_dim": 8, "kmeans_n_init": 2,
+        "max_completion_length": 8}
+
+
+# name -> a function returning (trainer class, config class, dataset, trainer kwargs, config kwargs)
+TRAINERS = {"grpo": _grpo, "oger": _oger, "ase": _ase}
+
+
+def _fsdp_on_cpu_state():
+    """Make accelerate enable FSDP on CPU processes (gloo).
+
+    Accelerate 1.15 turns FSDP on only for multi-device distributed types (MULTI_GPU, MULTI_XPU, ...): with
+    ``use_cpu=True`` an FSDP config silently runs DDP, with ``use_cpu=False`` and no accelerator it runs without any
+    distribution. No documented switch changes that, so this sets accelerate's shared (private) ``distributed_type``
+    of an initialised ``PartialState`` to MULTI_GPU before the config is built, and the config reuses that state
+    (``accelerator_config={"use_configured_state": True}``, documented). Test-only: GPU users need none of this.
+    """
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType
+
+    state = PartialState(backend="gloo")
+    state.distributed_type = DistributedType.MULTI_GPU  # private state: see the docstring
+
+
+def _parameter_summary(module) -> dict:
+    """Sizes and a checksum of a module's parameters as this process holds them (a ZeRO-3 partition is (0,))."""
+    params = list(module.parameters())
+    return {"numel": sum(p.numel() for p in params), "shapes": [list(p.shape) for p in params[:3]],
+            "abs_sum": float(sum(p.detach().double().abs().sum() for p in params)),
+            "devices": sorted({str(p.device) for p in params})}
+
+
+def main(trainer_name: str, engine: str, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from conftest import make_tiny_causal_lm
+    from trl_explore.defaults import default_policy_path
+
+    trainer_cls, config_cls, dataset, trainer_kwargs, config_kwargs = TRAINERS[trainer_name]()
+    tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
+    # before the config: once a ZeRO-3 config exists, transformers builds models through zero.Init (other weights)
+    model = make_tiny_causal_lm(tokenizer)
+    if engine == "fsdp2":
+        _fsdp_on_cpu_state()
+    args = config_cls(
+        output_dir=str(out / "run"), max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none",
+        save_strategy="no", bf16=False, seed=0, log_completions=False, **config_kwargs, **ENGINES[engine]["config"],
+    )
+    completions = []
+
+    class Recording(trainer_cls):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            ids, mask = output["completion_ids"].tolist(), output["completion_mask"].tolist()
+            completions.append([[t for t, m in zip(row, row_mask) if m] for row, row_mask in zip(ids, mask)])
+            return output
+
+    trainer = Recording(model, args=args, train_dataset=dataset, processing_class=tokenizer, **trainer_kwargs)
+    distributed_type = str(trainer.accelerator.distributed_type)
+    trainer.train()
+    record = {
+        "distributed_type": distributed_type,
+        "completions": completions,
+        "grad_norm": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
+    }
+    if hasattr(trainer, "encoder"):
+        record["embedder"] = _parameter_summary(trainer.encoder.model)
+    if hasattr(trainer, "bank"):
+        record["bank"] = None if trainer.bank.vectors is None else trainer.bank.vectors.tolist()
+        record["bank_updates"] = trainer.bank.num_updates
+    rank = trainer.accelerator.process_index
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    trainer.accelerator.end_training()  # ends the process group: without it ZeRO-3 runs abort at exit
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
