@@ -14,6 +14,7 @@ process needs them whole. The engines do not know that:
   so it would stay empty there.
 
 :func:`load_auxiliary_model` runs a loading function with both switched off and checks the result.
+:func:`check_launch` turns two launch mistakes that otherwise fail late or silently into errors at construction.
 """
 
 from __future__ import annotations
@@ -76,3 +77,41 @@ def load_auxiliary_model(load: Callable[[], T], name: str = "auxiliary model") -
                     "the training config (GRPOConfig) is created, and not through accelerator.prepare"
                 )
     return model
+
+
+def check_launch(accelerator, environ=os.environ) -> None:
+    """Raise at trainer construction when Accelerate does not run the engine the processes were launched for.
+
+    Two setups otherwise fail late or silently (checked with accelerate 1.15 on CPU processes):
+
+    * DeepSpeed without a GPU and without ``ddp_backend``: DeepSpeed starts the process group, but Accelerate picks
+      no backend and counts ONE process, so the first gather of the first rollout fails with an unrelated-looking
+      gloo error. Passing ``--ddp_backend gloo`` fixes it.
+    * FSDP on CPU processes: Accelerate enables FSDP only for GPU-type devices, so an FSDP config runs plain DDP
+      (``use_cpu=True``) or no distribution at all, without a word.
+
+    Args:
+        accelerator: the trainer's ``accelerate.Accelerator``.
+        environ: the environment to read ``WORLD_SIZE`` and ``ACCELERATE_USE_FSDP`` from (set by the launcher
+            and by ``TrainingArguments``).
+
+    Raises:
+        RuntimeError: naming the launched and the running setup and the fix.
+    """
+    from accelerate.utils import DistributedType
+
+    world_size = int(environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return
+    if accelerator.num_processes != world_size:
+        raise RuntimeError(
+            f"{world_size} processes were launched (WORLD_SIZE) but Accelerate counts {accelerator.num_processes} "
+            f"({accelerator.distributed_type}): without a GPU, Accelerate picks no communication backend for DeepSpeed. "
+            "Pass --ddp_backend gloo (GRPOConfig.ddp_backend='gloo')"
+        )
+    if environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and accelerator.distributed_type != DistributedType.FSDP:
+        raise RuntimeError(
+            f"FSDP was requested (an FSDP accelerate config or GRPOConfig.fsdp) but Accelerate runs "
+            f"{accelerator.distributed_type}: accelerate enables FSDP only on GPU-type devices, so the model would not "
+            "be sharded. On CPU processes use DDP or DeepSpeed ZeRO (README, 'Distributed engines')"
+        )

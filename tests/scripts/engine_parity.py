@@ -151,7 +151,7 @@ def main(trainer_name: str, engine: str, out: Path) -> None:
         record["bank_updates"] = trainer.bank.num_updates
     rank = trainer.accelerator.process_index
     (out / f"rank{rank}.json").write_text(json.dumps(record))
-    trainer.accelerator.end_training()  # ends the process group: without it ZeRO-3 runs abort at exit
+    trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)
 
 
 if __name__ == "__main__":
