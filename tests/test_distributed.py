@@ -8,7 +8,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accelerate.utils import DistributedType
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
+from transformers.integrations.deepspeed import (
+    is_deepspeed_zero3_enabled,
+    set_hf_deepspeed_config,
+    unset_hf_deepspeed_config,
+)
 
 from trl_explore.distributed import check_launch, load_auxiliary_model
 

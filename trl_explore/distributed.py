@@ -106,10 +106,11 @@ def check_launch(accelerator, environ=os.environ) -> None:
     if accelerator.num_processes != world_size:
         raise RuntimeError(
             f"{world_size} processes were launched (WORLD_SIZE) but Accelerate counts {accelerator.num_processes} "
-            f"({accelerator.distributed_type}): without a GPU, Accelerate picks no communication backend for DeepSpeed. "
-            "Pass --ddp_backend gloo (GRPOConfig.ddp_backend='gloo')"
+            f"({accelerator.distributed_type}): without a GPU, Accelerate picks no communication backend for "
+            "DeepSpeed. Pass --ddp_backend gloo (GRPOConfig.ddp_backend='gloo')"
         )
-    if environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and accelerator.distributed_type != DistributedType.FSDP:
+    fsdp_requested = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if fsdp_requested and accelerator.distributed_type != DistributedType.FSDP:
         raise RuntimeError(
             f"FSDP was requested (an FSDP accelerate config or GRPOConfig.fsdp) but Accelerate runs "
             f"{accelerator.distributed_type}: accelerate enables FSDP only on GPU-type devices, so the model would not "

@@ -13,7 +13,6 @@ To add a trainer to the tier, add one entry to ``TRAINERS``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,8 +32,9 @@ ENGINES = {
               "config": {"ddp_backend": "gloo"}},
     "zero3": {"launch": [*_ACCELERATE, "--config_file", "accelerate_configs/zero3.yaml"], "env": {},
               "config": {"ddp_backend": "gloo"}},
-    # fsdp2.yaml turns on cpu_ram_efficient_loading: a model loaded while it is on comes up empty (meta) on rank 1
-    # unless it is loaded outside it (the OGER embedder must be). See _fsdp_on_cpu_state for the state it needs.
+    # fsdp2.yaml turns on cpu_ram_efficient_loading: while it is on, transformers leaves models uninitialised (older
+    # versions: on meta) on rank 1, to be filled by FSDP; the OGER embedder must load outside it.
+    # See _fsdp_on_cpu_state for the private state FSDP needs on CPU.
     "fsdp2": {"launch": [*_ACCELERATE, "--config_file", "accelerate_configs/fsdp2.yaml"], "env": {},
               "config": {"accelerator_config": {"use_configured_state": True}}},
 }
@@ -47,15 +47,10 @@ def launch_command(trainer_name: str, engine: str, out: Path, port: int) -> tupl
     return [*launch, port_flag, str(port), __file__, trainer_name, engine, str(out)], ENGINES[engine]["env"]
 
 
-def parity_reward(completions, **kwargs):
-    """Synthetic verifier: 'correct' when the completion has an even number of characters."""
-    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
-
-
 def _grpo():
     from trl import GRPOConfig, GRPOTrainer
 
-    from test_ase_trainer import _dataset
+    from test_ase_trainer import _dataset, parity_reward
 
     return GRPOTrainer, GRPOConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
@@ -73,7 +68,7 @@ def _oger():
 
 
 def _ase():
-    from test_ase_trainer import _dataset
+    from test_ase_trainer import _dataset, parity_reward
 
     from trl_explore import ASEConfig, ASEGRPOTrainer
 
