@@ -1,9 +1,9 @@
 """Run by tests/test_distributed_engines.py: 2 CPU processes (gloo) under one distributed engine.
 
-    <ENGINES[ENGINE]["launch"]> tests/scripts/engine_parity.py TRAINER ENGINE OUT_DIR
+    <ENGINES[ENGINE]["launch"]> tests/scripts/engine_parity.py ENGINE OUT_DIR TRAINER [TRAINER ...]
 
-Trains one of ``TRAINERS`` for 2 steps on a tiny model under one of ``ENGINES`` and writes ``OUT_DIR/rank{r}.json``
-per process: the completions of every step, the logged ``grad_norm`` of every step, and what each trainer keeps
+Trains each named trainer of ``TRAINERS`` in turn, 2 steps on a tiny model, under one of ``ENGINES`` (one launch per
+engine) and writes ``OUT_DIR/{TRAINER}-rank{r}.json`` per trainer and process: the completions of every step, the logged ``grad_norm`` of every step, and what each trainer keeps
 beside the policy (OGER: the embedder's parameter sizes and checksum; ASE: the steering bank). The test compares
 every engine's files with the DDP run's.
 
@@ -40,11 +40,11 @@ ENGINES = {
 }
 
 
-def launch_command(trainer_name: str, engine: str, out: Path, port: int) -> tuple[list[str], dict]:
-    """The command that runs this script for ``trainer_name`` under ``engine``, and the environment it adds."""
+def launch_command(engine: str, out: Path, port: int) -> tuple[list[str], dict]:
+    """The command that runs every trainer of ``TRAINERS`` under ``engine``, and the environment it adds."""
     launch = ENGINES[engine]["launch"]
     port_flag = "--master_port" if "torch.distributed.run" in launch else "--main_process_port"
-    return [*launch, port_flag, str(port), __file__, trainer_name, engine, str(out)], ENGINES[engine]["env"]
+    return [*launch, port_flag, str(port), __file__, engine, str(out), *TRAINERS], ENGINES[engine]["env"]
 
 
 def _grpo():
@@ -106,18 +106,9 @@ def _parameter_summary(module) -> dict:
             "devices": sorted({str(p.device) for p in params})}
 
 
-def main(trainer_name: str, engine: str, out: Path) -> None:
-    from transformers import AutoTokenizer
-
-    from conftest import make_tiny_causal_lm
-    from trl_explore.defaults import default_policy_path
-
+def _train(trainer_name: str, model, tokenizer, engine: str, out: Path):
+    """Train ``trainer_name`` for 2 steps; return the trainer and this process's record."""
     trainer_cls, config_cls, dataset, trainer_kwargs, config_kwargs = TRAINERS[trainer_name]()
-    tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
-    # before the config: once a ZeRO-3 config exists, transformers builds models through zero.Init (other weights)
-    model = make_tiny_causal_lm(tokenizer)
-    if engine == "fsdp2":
-        _fsdp_on_cpu_state()
     args = config_cls(
         output_dir=str(out / "run"), max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none",
         save_strategy="no", bf16=False, seed=0, log_completions=False, **config_kwargs, **ENGINES[engine]["config"],
@@ -144,10 +135,27 @@ def main(trainer_name: str, engine: str, out: Path) -> None:
     if hasattr(trainer, "bank"):
         record["bank"] = None if trainer.bank.vectors is None else trainer.bank.vectors.tolist()
         record["bank_updates"] = trainer.bank.num_updates
-    rank = trainer.accelerator.process_index
-    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    return trainer, record
+
+
+def main(engine: str, out: Path, trainer_names: list[str]) -> None:
+    """Train each trainer in turn in this process (one launch per engine: start-up dominates a launch)."""
+    from transformers import AutoTokenizer
+
+    from conftest import make_tiny_causal_lm
+    from trl_explore.defaults import default_policy_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
+    # every model before the first config: once a ZeRO-3 config exists, transformers builds models through
+    # zero.Init (other initial weights)
+    models = [make_tiny_causal_lm(tokenizer) for _ in trainer_names]
+    if engine == "fsdp2":
+        _fsdp_on_cpu_state()
+    for name, model in zip(trainer_names, models):
+        trainer, record = _train(name, model, tokenizer, engine, out)
+        (out / f"{name}-rank{trainer.accelerator.process_index}.json").write_text(json.dumps(record))
     trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])
