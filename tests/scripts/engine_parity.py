@@ -3,9 +3,9 @@
     <ENGINES[ENGINE]["launch"]> tests/scripts/engine_parity.py ENGINE OUT_DIR TRAINER [TRAINER ...]
 
 Trains each named trainer of ``TRAINERS`` in turn, 2 steps on a tiny model, under one of ``ENGINES`` (one launch per
-engine) and writes ``OUT_DIR/{TRAINER}-rank{r}.json`` per trainer and process: the completions of every step, the logged ``grad_norm`` of every step, and what each trainer keeps
-beside the policy (OGER: the embedder's parameter sizes and checksum; ASE: the steering bank). The test compares
-every engine's files with the DDP run's.
+engine) and writes ``OUT_DIR/{TRAINER}-rank{r}.json`` per trainer and process: the completions of every step, the
+logged ``grad_norm`` of every step, and what each trainer keeps beside the policy (OGER: the embedder's parameter
+sizes and checksum; ASE: the steering bank). The test compares every engine's files with the DDP run's.
 
 To add a trainer to the tier, add one entry to ``TRAINERS``.
 """
