@@ -115,4 +115,5 @@ if __name__ == "__main__":
     if not any(a == "--config" or a.startswith("--config=") for a in argv):
         argv = ["--config", str(DEMO_RECIPE), *argv]
     parser = TrlParser((ScriptArguments, OGERConfig, ModelConfig))
-    main(*parser.parse_args_and_config(args=argv))
+    trainer = main(*parser.parse_args_and_config(args=argv))
+    trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)

@@ -48,3 +48,4 @@ trainer = RecordingOGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_
 trainer.train()
 rank = trainer.accelerator.process_index
 (out / f"rank{rank}.json").write_text(json.dumps({"records": records, "log_history": trainer.state.log_history}))
+trainer.accelerator.end_training()  # ends the process group cleanly

@@ -52,6 +52,7 @@ from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 from trl_explore.ase.steering.vllm import VLLMActivationSteeringGenerator, steerable_vllm
 from trl_explore.ase.steering.vllm_server import ServerSteering
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
+from trl_explore.distributed import check_launch
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -285,6 +286,7 @@ class ASEGRPOTrainer(GRPOTrainer):
         else:
             super().__init__(model, reward_funcs, args=args, **kwargs)
             self.vllm_steerer = None
+        check_launch(self.accelerator)  # DeepSpeed/FSDP launches that Accelerate would not run as launched
 
         self.steerer = ActivationSteeringGenerator(
             self.model, layer=args.steering_layer, alpha=args.steering_alpha, steer_prompt=args.steer_prompt

@@ -22,6 +22,7 @@ import torch
 from trl import GRPOTrainer
 
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
+from trl_explore.distributed import check_launch, load_auxiliary_model
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -146,6 +147,7 @@ class OGERTrainer(GRPOTrainer):
             offline_trajectories(train_dataset[i], args, f"training row {i}")
         with engine_options(enforce_eager=True if args.use_vllm and args.vllm_enforce_eager else None):
             super().__init__(model, reward_funcs, args=args, **kwargs)
+        check_launch(self.accelerator)  # DeepSpeed/FSDP launches that Accelerate would not run as launched
         if self.use_vllm:
             use_reload_weights_on_cpu(self.vllm_generation)
         if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
@@ -156,7 +158,9 @@ class OGERTrainer(GRPOTrainer):
             batch_size=args.embedding_batch_size,
             long_text_mode=args.embedding_long_text_mode,
         )
-        _ = self.encoder.dim  # load the embedding model now: a wrong name fails here, not after the first rollout
+        # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
+        # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
+        load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")
         self._oger_rows = None  # the batch rows of the current generation call
         self._oger_is_offline = None  # [B] bool of the current generation call
         self._oger_forward = None  # capture slot for the policy forward inside _compute_loss
