@@ -208,3 +208,51 @@ def test_batch_marks_unparseable_golds_none():
     assert grade_batch([r"\boxed{1}", r"\boxed{1}"], ["1", "No integer solutions"]) == [True, None]
     with pytest.raises(ValueError, match="2 completions for 1 gold answers"):
         grade_batch(["a", "b"], ["1"])
+
+
+# Cases a reviewer found against the first version of the grader: each now has its right verdict.
+REVIEW_CASES = [
+    ("$5$", "The answer is **5**. Wait, I made an error: recomputing gives 6.", False),  # bold recall: only at the end
+    ("$5$", r"\fbox{5}. Wait, recomputing, we get $6$.", False),  # \fbox recall: only at the end
+    ("42", r"so \fbox{42}.", True),
+    ("$(1, 3)$", r"\boxed{1 < x < 3}", False),  # (1, 3) may be a point: no interval recall
+    ("ln 2", r"\boxed{2ln}", False),  # a function name without brackets is not read as variables
+    ("2^2^3", r"\boxed{64}", False),  # a chained power is not read as (2^2)^3 ...
+    ("2^2^3", r"\boxed{2^{2^{3}}}", True),  # ... Math-Verify's reading (2^(2^3)) is kept
+    ("5!!", r"\boxed{120!}", False),  # no double factorial read as (5!)!
+    ("x = 2 (or x = 3)", r"\boxed{2}", False),  # "(or ...)" is not a note to drop
+    ("a=b=c", r"\boxed{c}", False),  # a chain of equalities is not its last term
+    ("a=b=c", r"\boxed{a=c}", False),
+    ("a=b=c", r"\boxed{b=a=c}", True),
+    (r"$x = \frac{1}{2^{99}}$", r"\boxed{\frac{1}{2^{98}}}", False),  # float_collapse inside an equation
+    (r"$x = \frac{1}{2^{99}}$", r"\boxed{2^{-99}}", True),
+    (r"$\text{Yes}$", r"The answer is $\text{Yes}$.", True),  # a LaTeX yes is read by Math-Verify
+    ("2^{n-1}", r"\boxed{2}", False),  # bare LaTeX that Math-Verify reads in part: read whole
+    ("2^{n-1}", r"\boxed{2^{n-1}}", True),
+    ("2π", r"\boxed{2}", False),  # unicode pi
+    ("2π", r"\boxed{2\pi}", True),
+]
+
+
+@pytest.mark.parametrize("gold, completion, expected", REVIEW_CASES)
+def test_review_cases(gold, completion, expected):
+    assert grade(completion, gold) is expected
+
+
+def test_boxed_mode_yes_no_needs_a_box_and_trl_mode_keeps_math_verify_verdict():
+    assert grade("The answer is Yes.", "Yes", GraderOptions(mode="boxed")) is False
+    assert grade(r"\boxed{Yes}", "Yes", GraderOptions(mode="boxed")) is True
+    # parity with TRL: no guard applies in the trl mode
+    assert grade(r"\boxed{\frac{1}{2^{98}}}", r"$\frac{1}{2^{99}}$", GraderOptions(mode="trl")) is True
+
+
+def test_bad_gold_and_option_types_are_named():
+    with pytest.raises(TypeError, match="guards must be a list of guard names"):
+        grade_batch(["a"], ["1"], guards="float_collapse")
+    with pytest.raises(ValueError, match="the gold answer of row 1 is a list"):
+        grade_batch(["a", "b"], ["1", [1, 2]])
+    with pytest.raises(ValueError, match="one gold answer per completion, got one string"):
+        MathVerifyReward()(completions=["a"], answer="5")
+    with pytest.raises(ValueError, match="column 'problem_id' must hold one id per completion"):
+        MathVerifyReward()(completions=["a", "b"], answer=["5", "6"], problem_id=[7])
+    assert grade_batch((c for c in [r"\boxed{5}"]), [b"5"]) == [True]  # any iterable; bytes decoded

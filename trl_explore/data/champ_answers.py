@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 # Unicode maths symbols that CHAMP uses, as ASCII.
-UNICODE_REPLACEMENTS = {"−": "-", "–": "-", "≥": ">=", "≤": "<=", "×": "*", "·": "*", "≠": "!="}
+UNICODE_REPLACEMENTS = {"−": "-", "–": "-", "≥": ">=", "≤": "<=", "×": "*", "·": "*", "≠": "!=", "π": "pi", "∞": "inf"}
 
 # "A, or equivalently B" -> both A and B are accepted; "A, or approximately B" -> only A (B is rounded).
 _ALTERNATIVE_SEPARATOR = re.compile(r",\s*or (?:equivalently|an equivalent form such as)\s+", re.IGNORECASE)
@@ -51,14 +51,16 @@ def strip_note(text: str) -> str:
     """Drop a trailing remark in brackets: ``"100 (i.e., all values)"`` -> ``"100"``.
 
     The remark must follow a space and start with a word of two or more letters ("i.e.", "none",
-    "no such ..."), so maths such as ``(x=8, y=2), (x=2, y=8)`` is left alone.
+    "no such ..."), so maths such as ``(x=8, y=2), (x=2, y=8)`` is left alone; a remark that offers another
+    answer (``"x = 2 (or x = 3)"``) is not a note and is kept.
     """
     text = text.strip()
     if not text.endswith(")"):
         return text
     for start in range(len(text) - 1, 0, -1):
         if text[start] == "(" and text[start - 1] == " " and _matching_paren(text, start) == len(text) - 1:
-            if re.match(r"(?:i\.e\.|e\.g\.|[A-Za-z]{2,}\b)", text[start + 1 :]):
+            note = text[start + 1 :]
+            if re.match(r"(?:i\.e\.|e\.g\.|[A-Za-z]{2,}\b)", note) and not re.match(r"(?:or|and)\b", note):
                 return text[:start].strip()
     return text
 

@@ -134,6 +134,8 @@ def ascii_to_latex(text: str) -> str:
     """
     if not text.strip():
         raise ValueError("empty expression")
+    if "!!" in text:
+        raise ValueError(f"a double factorial (n!!) is not read in {text!r}")
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -152,6 +154,8 @@ def ascii_to_latex(text: str) -> str:
             i = _convert_word(text, i, out)
         elif char in "^_":
             group, i = _read_group(text, i + 1)
+            if char == "^" and text.startswith("^", i):
+                raise ValueError(f"a chained power (a^b^c) is ambiguous in {text!r}")
             out.append(char + "{" + ascii_to_latex(group) + "}")
         elif char in _OPENERS:
             close = _matching_bracket(text, i)
@@ -208,6 +212,11 @@ def _convert_word(text: str, i: int, out: list[str]) -> int:
     if word == "pi":
         out.append(r"\pi ")
         return after
+    if word in ("inf", "infinity", "oo"):
+        out.append(r"\infty ")
+        return after
+    if word in _ONE_ARGUMENT_FUNCTIONS:
+        raise ValueError(f"the function {word!r} needs its argument in brackets in {text!r}")
     if len(word) == 1 or (len(word) == 2 and word.lower() not in _TWO_LETTER_WORDS):
         out.append(word)
         return after

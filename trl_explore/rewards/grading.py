@@ -24,7 +24,10 @@ than 20", from which Math-Verify would read ``20``; "1, 2, 3, ..."), raise :clas
   allowed); without a box, only text after an answer phrase or in a complete concluding sentence.
 * ``"boxed"``: only the content of the last ``\\boxed{}``/``\\fbox{}`` (the DAPO/verl convention).
 
-Every mode compares with ``math_verify.verify`` (defaults), then applies the guard-rails and recall rules below.
+Every mode compares with ``math_verify.verify`` (defaults); all modes but ``"trl"`` (which keeps Math-Verify's verdict,
+for parity with TRL) then apply the guard-rails and recall rules below. A plain-text yes/no gold ("Yes", "No",
+which Math-Verify cannot parse) is compared with the predicted word: the last box, else (not in the ``"boxed"``
+mode) a yes/no after an answer phrase.
 
 **Guard-rails** (:data:`GUARDS`; each on by default and switchable; each only turns a 1 into a 0, and none changes a
 verdict on Math-Verify's published default-setting test cases):
@@ -34,15 +37,18 @@ verdict on Math-Verify's published default-setting test cases):
   tolerance of :data:`FLOAT_RTOL`.
 * ``"interval_vs_set"``: an interval of positive length is never equal to a finite set written as a set
   (Math-Verify equates ``\\{1,2\\}`` and ``(1,2)``; bare braces ``{1,3}`` are LaTeX grouping and left alone).
-* ``"chained_equality"``: a plain-text gold ``a=b=c`` is a chained equality, not the solution tuple ``(c, c)``.
+* ``"chained_equality"``: a plain-text gold ``a=b=c`` is a chained equality, not the solution tuple ``(c, c)``; and
+  a chain of equalities between variables is not equal to anything but the same chain (Math-Verify compares an
+  equality by its right-hand side, so it equates ``a=b=c`` with ``c`` and ``a=c``).
 * ``"unclosed_box"``: a completion whose last ``\\boxed{`` is never closed (cut off inside its answer) has no answer
   (Math-Verify reads one).
 
 **Recall** (on by default in the ``"math_verify"`` and ``"boxed"`` modes; each only turns a 0 into a 1, where
 equivalence is certain): an interval against the equivalent inequality in one variable, both directions
-(``(1, 3]`` and ``1 < x \\le 3``); ``\\mathrm{e}`` and ``\\mathrm{d}`` read as the letters ``e`` and ``d``; chained
-equalities that state the same equal quantities (``a=b=c`` and ``c=a=b``); a bold answer after an answer phrase
-(``The answer is **73**``); ``\\fbox{}`` read as ``\\boxed{}``.
+(``(1, 3]`` and ``1 < x \\le 3``; not a bare ``(a, b)``, which may be a point); ``\\mathrm{e}`` and ``\\mathrm{d}``
+read as the letters ``e`` and ``d``; chained equalities that state the same equal quantities (``a=b=c`` and
+``c=a=b``); a bold answer after an answer phrase and a ``\\fbox{}``, each only where it ends the completion (a
+retracted "The answer is **5**. Wait, ... 6." stays wrong).
 """
 
 from __future__ import annotations
@@ -272,11 +278,14 @@ def _read_gold_uncached(gold: str, keep_chained_equalities: bool) -> list:
         raise GoldAnswerError(f"gold answer longer than {MAX_ANSWER_CHARS} characters: {text[:80]!r}...")
     if nesting_depth(text) > MAX_NESTING:
         raise GoldAnswerError(f"gold answer {text[:80]!r} has brackets nested deeper than {MAX_NESTING}")
-    word = yes_no_word(text)
-    if word is not None:
-        return [word]
     mv_reading = _mv_parse(str(gold))
+    word = yes_no_word(text)
+    if word is not None and not mv_reading:
+        return [word]  # a plain-text "Yes"/"No", which Math-Verify cannot parse
     if looks_like_latex(text) and mv_reading:
+        whole = parse_latex_whole(text) if "$" not in text and not _BOX_COMMAND.search(text) else []
+        if whole and not _mv_verify(whole, mv_reading):
+            return whole  # bare LaTeX that Math-Verify reads only in part (2^{n-1} without $ as 2)
         return mv_reading
     try:
         own_reading = _own_gold_reading(text, keep_chained_equalities)
@@ -366,12 +375,17 @@ def _parse_box_whole(content: str) -> list:
     return parse_latex_whole(latex)
 
 
-def predicted_yes_no(text: str) -> str | None:
-    """``"yes"``/``"no"`` answered by a completion: its last box, else a yes/no word after an answer phrase."""
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}")
+
+
+def predicted_yes_no(text: str, mode: str = DEFAULT_MODE) -> str | None:
+    """``"yes"``/``"no"`` answered by a completion: its last box, else (not in the ``"boxed"`` mode) a yes/no word
+    after an answer phrase (``\\text{}`` wrappers and ``$`` removed)."""
     boxed = last_boxed_content(text)
-    if boxed is not None:
-        return yes_no_word(boxed)
-    found = _mv_parse(text[-_TAIL_CHARS:], [_YES_NO_CONFIG])
+    if boxed is not None or mode == "boxed":
+        return None if boxed is None else yes_no_word(boxed)
+    plain = _TEXT_WRAPPER.sub(r"\1", text[-_TAIL_CHARS:]).replace("$", "")
+    found = _mv_parse(plain, [_YES_NO_CONFIG])
     return found[0] if found else None
 
 
@@ -445,6 +459,8 @@ def _numbers(value: Any) -> list | None:
     """The numbers of a parsed answer in order (a number, the items of a tuple/set/matrix, interval ends)."""
     if isinstance(value, sympy.Expr) and value.is_number:
         return [value]
+    if isinstance(value, sympy.Eq):  # x = 1/2^99: Math-Verify compares the value
+        return _numbers(value.rhs)
     if isinstance(value, sympy.Interval):
         items = [value.start, value.end]
     elif isinstance(value, (sympy.Tuple, sympy.FiniteSet, tuple, list)):
@@ -520,7 +536,22 @@ def _passes_guards(gold_parsed: list, prediction: list, guards: frozenset) -> bo
             continue
         if "float_collapse" in guards and _float_collapse(gold, predicted):
             continue
+        if "chained_equality" in guards and _chain_against_other(gold, predicted):
+            continue
         return True
+    return False
+
+
+def _chain_against_other(gold: Any, prediction: Any) -> bool:
+    """True iff one side is a chain of equalities between variables (``a=b=c``) and the other states something else.
+
+    Math-Verify compares an equality by its right-hand side, so it equates ``a=b=c`` with ``c`` and ``a=c``.
+    """
+    for a, b in ((gold, prediction), (prediction, gold)):
+        classes = _equal_classes(a)
+        if classes is not None and all(isinstance(term, sympy.Symbol) for c in classes for term in c):
+            if len(a.free_symbols) > 2 and _equal_classes(b) != classes:
+                return True
     return False
 
 
@@ -536,11 +567,20 @@ def _single_variable_set(relation: Any) -> sympy.Set | None:
         return None
 
 
+def _maybe_a_point(value: Any) -> bool:
+    """An open interval with finite ends, ``(a, b)``, which is also how a point or ordered pair is written."""
+    return isinstance(value, sympy.Interval) and value.left_open and value.right_open and value.is_finite_set is False \
+        and all(end.is_finite for end in (value.start, value.end))
+
+
 def interval_matches_inequality(a: Any, b: Any) -> bool:
     """True iff one side is a set of reals (an interval or a union) and the other an inequality in one variable
     whose solution set is exactly that set: ``(1, 3]`` and ``1 < x \\le 3``, ``[\\sqrt{2}, \\infty)`` and
-    ``m \\geq \\sqrt{2}``."""
+    ``m \\geq \\sqrt{2}``. An open interval with finite ends, ``(1, 3)``, is left alone: it is also how a point is
+    written."""
     for set_side, relation_side in ((a, b), (b, a)):
+        if _maybe_a_point(set_side):
+            continue
         if isinstance(set_side, (sympy.Interval, sympy.Union)):
             solutions = _single_variable_set(relation_side)
             if solutions is not None and bool(sympy.Eq(solutions, set_side)) is True:
@@ -570,7 +610,9 @@ def same_chained_equality(a: Any, b: Any) -> bool:
 
 
 _ROMAN_LETTER = re.compile(r"\\(?:mathrm|operatorname|text)\s*\{\s*([ed])\s*\}")
-_BOLD_AFTER_ANCHOR = re.compile(r"((?:final answer|answer)\s*(?:is|:)?\s*:?\s*)\*\*([^*\n]+?)\*\*", re.IGNORECASE)
+# Only where it ends the completion (a retracted "The answer is **5**. Wait, ... 6." is no answer).
+_BOLD_AFTER_ANCHOR = re.compile(r"((?:final answer|answer)\s*(?:is|:)?\s*:?\s*)\*\*([^*\n]+?)\*\*(?=[\s.!]*$)", re.IGNORECASE)
+_FINAL_FBOX = re.compile(r"\\fbox(\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}[^0-9$\\]*)$")
 
 
 def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: GraderOptions) -> bool:
@@ -580,7 +622,7 @@ def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: 
             continue
         if interval_matches_inequality(a, b) or same_chained_equality(a, b):
             return True
-    rewritten_text = _BOLD_AFTER_ANCHOR.sub(r"\1\2", text).replace("\\fbox{", "\\boxed{")
+    rewritten_text = _FINAL_FBOX.sub(r"\\boxed\1", _BOLD_AFTER_ANCHOR.sub(r"\1\2", text))
     rewritten_text = _ROMAN_LETTER.sub(r"\1", rewritten_text)
     rewritten_gold = _ROMAN_LETTER.sub(r"\1", gold)
     if rewritten_text == text and rewritten_gold == gold:
@@ -617,8 +659,10 @@ def grade(completion: Any, gold: Any, options: GraderOptions = GraderOptions()) 
     gold = str(gold) if gold is not None else None
     gold_parsed = read_gold(gold, "chained_equality" in options.guards)
     if gold_parsed[0] in ("yes", "no"):
-        return predicted_yes_no(text) in gold_parsed
+        return predicted_yes_no(text, options.mode) in gold_parsed
     prediction = read_prediction(text, options)
+    if options.mode == "trl":  # parity with TRL's accuracy_reward: Math-Verify's verdict, no guard, no recall
+        return bool(prediction) and _mv_verify(gold_parsed, prediction)
     if prediction and _mv_verify(gold_parsed, prediction):
         return _passes_guards(gold_parsed, prediction, options.guards)
     if options.recall and options.mode in ("math_verify", "boxed"):

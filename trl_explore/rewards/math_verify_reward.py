@@ -135,7 +135,24 @@ def _check_workers(num_workers: int) -> int:
 
 
 def _options(mode: str, guards: Sequence[str] | None, recall: bool) -> GraderOptions:
+    if isinstance(guards, str):
+        raise TypeError(f"guards must be a list of guard names (of {GUARDS}), got the string {guards!r}")
     return GraderOptions(mode=mode, guards=GUARDS if guards is None else frozenset(guards), recall=recall)
+
+
+def _gold_text(gold: Any, row: int) -> str | None:
+    """A gold answer as text: strings and numbers as they are, bytes decoded, None kept (not scored).
+
+    Raises ValueError for a list, tuple, set or dict (several answers in one row), naming the row.
+    """
+    if gold is None or isinstance(gold, str):
+        return gold
+    if isinstance(gold, bytes):
+        return gold.decode("utf-8", errors="replace")
+    if isinstance(gold, (list, tuple, set, dict)):
+        raise ValueError(f"the gold answer of row {row} is a {type(gold).__name__} ({_short(repr(gold))}); "
+                         "give one string per row")
+    return str(gold)
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -160,8 +177,8 @@ def grade_batch(
     """Verdicts for ``(completion, gold)`` pairs, graded on ``num_workers`` worker processes.
 
     Args:
-        completions: completions (text or conversational; see ``completion_text``).
-        golds: their gold answers, same length.
+        completions: completions (text or conversational; see ``completion_text``); any iterable.
+        golds: their gold answers, same length (strings, numbers or bytes; None is not scored).
         mode: one of ``MODES`` (default ``"math_verify"``); see :mod:`trl_explore.rewards.grading`.
         guards: guard-rail classes to apply (default: all of ``GUARDS``).
         recall: apply the recall rules (default True).
@@ -173,14 +190,19 @@ def grade_batch(
         ``list[bool | None]``: True/False, or None where the gold cannot be parsed.
 
     Raises:
-        ValueError: lengths differ, a bad mode or guard, ``timeout_seconds`` not > 0, ``num_workers`` < 1.
+        ValueError: lengths differ, ``golds`` is one string, a gold is a list or dict (naming the row), a bad mode
+            or guard, ``timeout_seconds`` not > 0, ``num_workers`` < 1.
+        TypeError: ``guards`` is a string instead of a list of names.
     """
+    if isinstance(golds, (str, bytes)):
+        raise ValueError(f"golds must be a sequence of gold answers, one per completion, got {_short(repr(golds))}")
+    completions, golds = list(completions), list(golds)
     if len(completions) != len(golds):
         raise ValueError(f"{len(completions)} completions for {len(golds)} gold answers")
     options = _options(mode, guards, recall)
     timeout_seconds, num_workers = _check_timeout(timeout_seconds), _check_workers(num_workers)
     texts = [completion_text(c) for c in completions]
-    tasks = [(text, None if gold is None else str(gold), options) for text, gold in zip(texts, golds)]
+    tasks = [(text, _gold_text(gold, row), options) for row, (text, gold) in enumerate(zip(texts, golds))]
     verdicts: list[bool | None] = []
     for (text, gold, _), (status, value) in zip(tasks, _run(_grade_task, tasks, timeout_seconds, num_workers)):
         if status == "ok":
@@ -316,11 +338,17 @@ class MathVerifyReward:
                 f"MathVerifyReward reads gold answers from the column {self.answer_column!r}, which is "
                 f"missing; the columns given are {sorted(kwargs)}. Set answer_column=... to the right one."
             )
-        golds = list(kwargs[self.answer_column])
+        golds = kwargs[self.answer_column]
+        if isinstance(golds, (str, bytes)):
+            raise ValueError(f"column {self.answer_column!r} must hold one gold answer per completion, got one string")
+        golds, completions = list(golds), list(completions)
         if len(golds) != len(completions):
             raise ValueError(
                 f"column {self.answer_column!r} has {len(golds)} gold answers for {len(completions)} completions"
             )
+        row_ids = kwargs.get("problem_id")
+        if row_ids is not None and (isinstance(row_ids, (str, bytes)) or len(list(row_ids)) != len(completions)):
+            raise ValueError(f"column 'problem_id' must hold one id per completion ({len(completions)}), got {row_ids!r}")
         key = (tuple(completion_text(c) for c in completions), tuple(str(g) for g in golds))
         if self._last_call is not None and self._last_call[0] == key:
             return list(self._last_call[1])
@@ -328,7 +356,6 @@ class MathVerifyReward:
             list(key[0]), golds, mode=self.options.mode, guards=self.options.guards, recall=self.options.recall,
             timeout_seconds=self.timeout_seconds, num_workers=self.num_workers,
         )  # fmt: skip
-        row_ids = kwargs.get("problem_id")
         rewards: list[float | None] = []
         for row, (verdict, gold) in enumerate(zip(verdicts, golds)):
             if verdict is None:
