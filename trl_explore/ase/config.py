@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-# Kept in sync with ``trl_explore.ase.bank.CONTROLS`` (not imported: the bank pulls in scikit-learn).
-BANK_CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
+from trl_explore.ase.controls import BANK_CONTROLS
 
 
 @dataclass

@@ -1,0 +1,327 @@
+"""OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
+
+Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). The maths lives in
+``exploration`` (Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2) and ``policy_shaping`` (Eq. 10 + LUFFY);
+the reward (Eq. 7-8) is ``trl_explore.rewards.OGERRewardFunction``. Extension points used:
+
+* ``rollout_context``: records the entropy of the sampling distribution at every decoding step (HF ``generate``),
+  the one that sampled each token (steered, under ASE-GRPO's routes).
+* ``transform_rollout``: ``H_last`` (Eq. 6) and divergence (Eq. 1-5) of every online row, then the ``k`` least
+  divergent rows of each group are replaced by teacher trajectories (no behaviour log-probs).
+* ``on_scoring_forward``: ``H_last`` from TRL's scoring forward when generation did not record it (vLLM).
+* ``reward_fields``: ``is_offline``, ``teacher``, ``oger_divergence``, ``last_token_entropy`` for the rewards.
+* ``batch_fields``: ``is_offline`` ([B] bool) in the training batch.
+* ``loss_inputs`` / ``extra_loss``: offline rows leave TRL's objective (``tool_mask``) and get policy shaping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from trl_explore.components import Component, Rollout
+from trl_explore.defaults import check_train_dataset_size, trl_scores_after_generation
+from trl_explore.oger.embedding import TrajectoryEncoder
+from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
+from trl_explore.oger.exploration import divergence
+from trl_explore.oger.offline import check_prompt, offline_embeddings, offline_trajectories
+from trl_explore.oger.policy_shaping import aggregate_token_loss, policy_shaping_per_token_loss
+from trl_explore.oger.replacement import offline_completion_ids, sample_offline_indices, select_replacements
+from trl_explore.rewards.math_verify_reward import completion_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class OGERGeneration:
+    """OGER's per-completion values of one generation call (tuples of length B; None on offline rows)."""
+
+    mode: str
+    is_offline: tuple
+    teacher: tuple
+    divergence: tuple
+    entropy: tuple
+    num_truncated: int
+    need_divergence: bool
+    pending_entropy: torch.Tensor | None = None  # [B] last positions, when H_last comes from TRL's scoring forward
+
+
+class OGERComponent(Component):
+    """OGER's hybrid groups, exploration-reward inputs and policy shaping (see the module docstring).
+
+    Args:
+        encoder: a ``TrajectoryEncoder``; default: built from ``args.embedding_model`` at ``bind``.
+    """
+
+    def __init__(self, encoder: TrajectoryEncoder | None = None):
+        self.encoder = encoder
+        self.generation: OGERGeneration | None = None
+        self._recorder: LastTokenEntropyRecorder | None = None
+        self._warned_truncation = False
+
+    @staticmethod
+    def prepare(args, reward_funcs, train_dataset) -> list:
+        """Construction-time checks and the reward list, before TRL's ``__init__``.
+
+        Returns ``reward_funcs`` (default ``[math_reward, OGERRewardFunction]``, Eq. 8) with the ablation switches
+        applied to every ``OGERRewardFunction`` and ``args.reward_weights`` set when None (``[1, 0]`` "w/o Reward").
+
+        Raises:
+            ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in the first 64 rows;
+                fewer prompts than one generation batch.
+        """
+        from trl_explore.rewards.math_verify_reward import math_reward
+        from trl_explore.rewards.oger_reward import OGERRewardFunction
+
+        if reward_funcs is None:
+            reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)]
+        reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]
+        for func, oger in zip(reward_funcs, is_oger):
+            if oger:
+                func.entropy_refinement = args.entropy_refinement
+        if args.reward_weights is None:
+            args.reward_weights = [0.0 if oger and not args.use_exploration_reward else 1.0 for oger in is_oger]
+        elif not args.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
+            raise ValueError(
+                "use_exploration_reward=False ('w/o Reward') but reward_weights gives the OGER reward a non-zero "
+                f"weight: {args.reward_weights}"
+            )
+        if train_dataset is not None and not hasattr(train_dataset, "__len__"):
+            train_dataset = None  # an IterableDataset: rows are checked as they arrive
+        check_train_dataset_size(train_dataset, args)
+        for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
+            check_prompt(train_dataset[i], f"training row {i}")
+            offline_trajectories(train_dataset[i], args, f"training row {i}")
+        return reward_funcs
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        args = trainer.args
+        if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
+            trainer.epsilon_low = trainer.epsilon_high = float("inf")
+        if self.encoder is None:
+            self.encoder = TrajectoryEncoder(
+                args.embedding_model, device=trainer.accelerator.device, batch_size=args.embedding_batch_size,
+                long_text_mode=args.embedding_long_text_mode,
+            )
+        _ = self.encoder.dim  # load the embedding model now: a wrong name fails here, not after the first rollout
+
+    def _needs(self, mode: str) -> tuple[int, bool, bool]:
+        """``(replacements per group, divergence needed, H_last needed)``. The divergence feeds the reward (also
+        logged with weight 0 in "w/o Reward") and the lowest-divergence replacement; H_last refines the reward.
+        With neither, nothing is computed and OGER costs what GRPO costs."""
+        args = self.trainer.args
+        num_replace = args.num_replacements if mode == "train" else 0
+        need_div = args.use_exploration_reward or (num_replace > 0 and args.replacement_rule == "lowest_divergence")
+        return num_replace, need_div, need_div and args.entropy_refinement
+
+    def begin_generation(self, rows, mode):
+        self.generation, self._recorder = None, None
+
+    def rollout_context(self, num_rows, num_generations, mode):
+        t = self.trainer
+        hf_generate = not (t.use_vllm or t.use_transformers_continuous_batching or t.rollout_func or t.tools)
+        if not (hf_generate and self._needs(mode)[2]):
+            return None
+        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature)
+        return self._recorder
+
+    def offline_for_group(self, rows, group, need_embeddings: bool = True):
+        """The group's teacher trajectories, teacher names and ``[M, d]`` embeddings (None without ``need_embeddings``).
+
+        Raises:
+            ValueError: the group's rows hold different prompts, or a training row lacks the offline column.
+        """
+        first = rows[group[0]]
+        for i in group:
+            if rows[i].get("prompt") != first.get("prompt"):
+                raise ValueError(
+                    f"rows {group[0]} and {i} of this process's batch belong to different prompts: OGER needs each "
+                    f"group of num_generations consecutive rows to hold one prompt"
+                )
+        args = self.trainer.args
+        if args.offline_completions_column not in first and not self.trainer.model.training:
+            return [], [], None  # an evaluation set without teachers: divergence 0, nothing to replace
+        texts, teachers, stored = offline_trajectories(first, args)
+        if not texts or not need_embeddings:
+            return texts, teachers, None
+        return texts, teachers, offline_embeddings(texts, stored, self.encoder, args)
+
+    def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor, mode: str):
+        """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
+        of its own under the other components' behaviour context (the route's distribution)."""
+        t = self.trainer
+        if self._recorder is not None:
+            return self._recorder.last_token_entropy(last_pos), False
+        steered = any(c.behaviour_context(mode) is not None for c in t.components if c is not self)
+        if mode == "train" and trl_scores_after_generation(t) and not steered:
+            return torch.zeros(len(last_pos)), True  # filled from TRL's scoring forward, before the rewards
+        with t.behaviour_context(mode):
+            entropies = t._forward_last_token_entropy(rollout.prompt_ids, rollout.completion_ids)
+        return last_token_values(entropies, last_pos), False
+
+    def transform_rollout(self, rollout, rows, mode):
+        t, args = self.trainer, self.trainer.args
+        num_replace, need_div, need_entropy = self._needs(mode)
+        group_size = t.num_generations if mode == "train" else t.num_generations_eval
+        completion_ids, completions = list(rollout.completion_ids), list(rollout.completions)
+        logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
+        tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
+        num_rows = len(completion_ids)
+        if num_rows % group_size != 0:
+            raise ValueError(f"this process got {num_rows} completions, not a whole number of groups of {group_size}")
+
+        # H_last (Eq. 6) of every online completion, at the distribution that produced its last token
+        last_pos = torch.tensor([len(c) for c in completion_ids])
+        if args.last_token == "before_eos":
+            last_pos = last_pos - torch.tensor([len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]).long()
+        last_pos = last_pos.clamp(min=1)
+        entropy, deferred = self._last_token_entropy(rollout, last_pos, mode) if need_entropy else (None, False)
+
+        # Divergence (Eq. 1-5) of every online row, then hybrid replacement (§3.2), group by group
+        online_emb = self.encoder.encode([completion_text(c) for c in completions]) if need_div else None
+        rng = t.step_generator(t.accelerator.process_index)
+        is_offline, teacher = [False] * num_rows, [None] * num_rows
+        div_values = [0.0] * num_rows
+        entropy_values = entropy.tolist() if entropy is not None else [None] * num_rows
+        eos_id, num_truncated = t._tokenizer.eos_token_id, 0
+        for start in range(0, num_rows, group_size):
+            offline_texts, teachers, offline_emb = self.offline_for_group(rows, range(start, start + group_size), need_div)
+            if not offline_texts:
+                continue  # no teacher for this prompt: all N online completions are kept
+            d = divergence(online_emb[start : start + group_size], offline_emb) if need_div else torch.zeros(group_size)
+            if need_div:
+                div_values[start : start + group_size] = d.tolist()
+            chosen = select_replacements(d, num_replace, args.replacement_rule, rng)
+            for local, j in zip(chosen.tolist(), sample_offline_indices(len(offline_texts), len(chosen), rng)):
+                i = start + local
+                tokens = t._tokenizer(offline_texts[j], add_special_tokens=False)["input_ids"]
+                ids = offline_completion_ids(tokens, t.max_completion_length, eos_id)
+                num_truncated += int(len(tokens) - (tokens[-1:] == [eos_id]) > t.max_completion_length - 1)
+                text = t.processing_class.decode(ids, skip_special_tokens=True)
+                completion_ids[i] = ids
+                completions[i] = [{"role": "assistant", "content": text}] if isinstance(completions[i], list) else text
+                if logprobs is not None:  # no behaviour log-probs: TRL reads NaN as "no IS correction"
+                    logprobs[i] = [None] * len(ids)
+                if tool_mask is not None:
+                    tool_mask[i] = [1] * len(ids)
+                is_offline[i], teacher[i], div_values[i], entropy_values[i] = True, teachers[j], None, None
+
+        self.generation = OGERGeneration(
+            mode, tuple(is_offline), tuple(teacher), tuple(div_values), tuple(entropy_values), num_truncated, need_div,
+            last_pos if deferred else None,
+        )
+        if not deferred:
+            self._log_generation_metrics()
+        extra_fields = {**rollout.extra_fields, "is_offline": list(is_offline)}  # read by later components
+        return dataclasses.replace(
+            rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs, tool_mask=tool_mask,
+            extra_fields=extra_fields,
+        )
+
+    def observes_scoring_forward(self, mode):
+        return self.generation is not None and self.generation.pending_entropy is not None
+
+    def needs_scoring_entropy(self):
+        return self.observes_scoring_forward("train")
+
+    def on_scoring_forward(self, forward):
+        gen = self.generation
+        if gen is None or gen.pending_entropy is None:
+            return
+        entropy = list(gen.entropy)  # offline rows keep None
+        online = torch.tensor([i for i, off in enumerate(gen.is_offline) if not off], dtype=torch.long)
+        if online.numel():
+            values = last_token_values(forward.entropies.detach().float().cpu()[online], gen.pending_entropy[online])
+            for i, value in zip(online.tolist(), values.tolist()):
+                entropy[i] = value
+        entropy = tuple(entropy)
+        self.generation = dataclasses.replace(gen, entropy=entropy, pending_entropy=None)
+        self._log_generation_metrics()
+
+    def reward_fields(self, mode):
+        gen = self.generation
+        return {"is_offline": list(gen.is_offline), "teacher": list(gen.teacher),
+                "oger_divergence": list(gen.divergence), "last_token_entropy": list(gen.entropy)}
+
+    def batch_fields(self, output, rows, mode):
+        return {"is_offline": torch.tensor(self.generation.is_offline, device=self.trainer.accelerator.device)}
+
+    def _log_generation_metrics(self) -> None:
+        gen, t = self.generation, self.trainer
+        online = [i for i, off in enumerate(gen.is_offline) if not off]
+        has_entropy = bool(online) and gen.entropy[online[0]] is not None  # the same on every process
+        stats = torch.tensor(
+            [sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy else 0.0,
+             float(len(online)), float(sum(gen.is_offline)), float(len(gen.is_offline)), float(gen.num_truncated)],
+            dtype=torch.float64, device=t.accelerator.device,
+        )
+        div_sum, ent_sum, n_online, n_offline, n_all, n_cut = t.accelerator.reduce(stats, reduction="sum").tolist()
+        metrics = t._metrics[gen.mode]
+        if gen.need_divergence:
+            metrics["oger/divergence_mean"].append(div_sum / max(n_online, 1.0))
+        if has_entropy:
+            metrics["oger/last_token_entropy_mean"].append(ent_sum / max(n_online, 1.0))
+        metrics["oger/offline_fraction"].append(n_offline / max(n_all, 1.0))
+        # teacher trajectories longer than max_completion_length lose their ending (and usually their answer)
+        metrics["oger/offline_truncated_fraction"].append(n_cut / max(n_offline, 1.0))
+        if n_cut and not self._warned_truncation:
+            self._warned_truncation = True
+            logger.warning(
+                "%d offline trajectories were truncated to max_completion_length=%d tokens: filter the offline set "
+                "to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
+                int(n_cut), t.max_completion_length,
+            )
+
+    # ---------------------------------------------------------------- loss
+    def uses_loss_forward(self, inputs, mode):
+        return "is_offline" in inputs  # every process takes this path: the collectives below stay in step
+
+    def loss_inputs(self, batch, mode):
+        # TRL's objective sees the offline rows masked out through `tool_mask` (masks the loss, not attention)
+        base = batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
+        return {**batch, "tool_mask": base * (~batch["is_offline"]).unsqueeze(1).to(base.dtype)}
+
+    def extra_loss(self, loss, inputs, batch, forward, mode):
+        """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation."""
+        t = self.trainer
+        completion_mask = inputs["completion_mask"]
+        accumulation = t.current_gradient_accumulation_steps if mode == "train" else 1.0
+        all_mask = (completion_mask * inputs.get("tool_mask", torch.ones_like(completion_mask))).float()
+        online_mask = batch["tool_mask"].float() * completion_mask
+        offline_mask = all_mask - online_mask
+        n_online, n_all = online_mask.sum(), all_mask.sum()
+        if t.loss_type == "bnpo":  # TRL divided by the on-policy token count; renormalise over all tokens
+            loss = loss * n_online.clamp(min=1.0) / n_all.clamp(min=1.0)
+            token_normalizer = n_all
+        elif t.loss_type in ("dapo", "cispo", "vespo"):
+            token_normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / t.accelerator.num_processes
+            if mode == "train":
+                token_normalizer = token_normalizer * t.current_gradient_accumulation_steps / t.args.steps_per_generation
+        else:
+            token_normalizer = n_all
+        shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], t.args.policy_shaping_gamma)
+        offline_loss = aggregate_token_loss(
+            shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
+            max_completion_length=t.max_completion_length, token_normalizer=token_normalizer,
+            accumulation_steps=accumulation,
+        )
+        loss = loss + offline_loss
+        # TRL's entropy bonus averaged over on-policy tokens only; make it the mean over all tokens
+        if t._entropy_bonus_enabled and t.top_entropy_quantile >= 1.0:
+            coef = t.entropy_coef
+            if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target:
+                coef = 0.0
+            mean_all = (forward.entropies * all_mask).sum() / n_all.clamp(min=1.0)
+            mean_online = (forward.entropies * online_mask).sum() / n_online.clamp(min=1.0)
+            loss = loss - coef * (mean_all - mean_online) / accumulation
+        with torch.no_grad():
+            probs = forward.logps.exp()
+            stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(), offline_loss.detach() * accumulation])
+            stats = t.accelerator.reduce(stats, reduction="sum")
+        t._metrics[mode]["oger/offline_token_prob_mean"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+        t._metrics[mode]["oger/offline_policy_loss"].append((stats[2] / t.accelerator.num_processes).item())
+        return loss
