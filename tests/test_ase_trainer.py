@@ -83,7 +83,7 @@ def _instrument(trainer, monkeypatch):
     bank = trainer.bank
     update, activate, steering = bank.update, bank.activate, trainer.steerer.steering
     generate_and_score = trainer._generate_and_score_completions
-    weigh = trainer._weigh_advantages
+    weigh = trainer.ase.advantage_weights
 
     def spy_update(activations, problem_ids, rewards):
         rec["events"].append(("update", trainer.state.global_step))
@@ -121,19 +121,20 @@ def _instrument(trainer, monkeypatch):
         rec["generations"].append(entry)
         return output
 
-    def spy_weigh(batch, per_token_logps):
-        before = batch["advantages"].clone()
-        stats = weigh(batch, per_token_logps)
-        rec["weights"].append(
-            {"before": before, "after": batch["advantages"].clone(), "routes": batch["ase_route"].clone()}
-        )
-        return stats
+    def spy_weigh(inputs, forward, mode):
+        weights = weigh(inputs, forward, mode)
+        if weights is not None:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
+            before = inputs["advantages"].clone()
+            rec["weights"].append(
+                {"before": before, "after": before.unsqueeze(1) * weights, "routes": inputs["ase_route"].clone()}
+            )
+        return weights
 
     monkeypatch.setattr(bank, "update", spy_update)
     monkeypatch.setattr(bank, "activate", spy_activate)
     monkeypatch.setattr(trainer.steerer, "steering", spy_steering)
     monkeypatch.setattr(trainer, "_generate_and_score_completions", spy_generate_and_score)
-    monkeypatch.setattr(trainer, "_weigh_advantages", spy_weigh)
+    monkeypatch.setattr(trainer.ase, "advantage_weights", spy_weigh)
     trainer.add_callback(_Events(rec["events"]))
     return rec
 
