@@ -28,6 +28,7 @@ from trl_explore.ase.component import ASEComponent
 from trl_explore.ase.config import ASEConfig
 from trl_explore.defaults import resolve_model_and_config
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.oger import setup as oger_setup
 from trl_explore.oger.component import OGERComponent
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
@@ -95,7 +96,7 @@ class OGERASETrainer(ExplorationTrainer):
         model, args = resolve_model_and_config(model, args, OGERASEConfig, "OGER-ASE")
         if not isinstance(args, OGERASEConfig):
             raise TypeError(f"OGERASETrainer needs an OGERASEConfig, got {type(args).__name__}")
-        reward_funcs = OGERComponent.prepare(args, reward_funcs, kwargs.get("train_dataset"))
+        reward_funcs = oger_setup.prepare(args, reward_funcs, kwargs.get("train_dataset"))
         reward_funcs = ase_setup.prepare(model, args, reward_funcs, kwargs, name="OGERASETrainer")
         oger, ase = OGERComponent(encoder), ASEComponent(bank, include_offline_in_bank=args.include_offline_in_bank)
         with ase_setup.engine_context(args):

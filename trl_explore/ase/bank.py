@@ -693,3 +693,12 @@ class SteeringVectorBank:
             f"active={self._active is not None}, pending={self._pending is not None}, "
             f"updates={self.num_updates}, skipped={self.num_skipped_updates})"
         )
+
+
+def bank_metrics(diagnostics: dict) -> dict[str, float]:
+    """The ``ase/*`` training metrics of one bank update's diagnostics (see ``SteeringVectorBank.update``)."""
+    names = {"temporal_alignment": "ase/temporal_alignment", "inter_cluster_alignment": "ase/inter_cluster_alignment",
+             "mean_vector_norm": "ase/vector_norm"}
+    out = {f"ase/cluster_share_{k.split('/')[1]}": v for k, v in diagnostics.items() if k.startswith("cluster_share/")}
+    out.update({names[k]: v for k, v in diagnostics.items() if k in names})
+    return out

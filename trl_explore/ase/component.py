@@ -1,40 +1,29 @@
 """ASE-GRPO as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
-Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B,
-D). The maths lives in ``bank`` (estimation, §3.2), ``routing`` (balanced routes, diagnostics), ``importance``
-(truncated IS, §3.3) and ``steering`` (hooks). Extension points used:
-
-* ``rollout_context`` / ``rollout_logprobs``: the rollouts of each prompt are split over the clean route and K
-  steering routes; HF ``generate`` runs under the steering hook and the log-prob of each sampled token under the
-  (steered) distribution it came from is recorded (TRL's ``sampling_per_token_logps``). vLLM colocate / server:
-  TRL's vLLM call runs under the engine's steering; its log-probs are the steered ones.
-* ``transform_rollout``: the generation's routes (``-1`` on rows another component replaced by offline data).
-* ``scoring_forward_context`` / ``loss_forward_context``: block-L readouts from TRL's own forwards (steered readout
-  = clean readout + ``alpha * v_route``, exactly); once every row is read, the bank is re-estimated (pending).
-* ``advantage_weights`` (HF path): ``w = min(pi_unsteered / pi_steered, is_cap)`` on steered tokens. With vLLM the
-  weight is TRL's own ``token_truncate`` importance sampling (set by ``ASEConfig``); only its metrics are logged.
-* ``batch_fields``: ``ase_route`` / ``ase_row``; ``on_step_end``: the pending bank becomes active; ``save`` /
-  ``load``: the bank in ``steering_bank/``.
+Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B, D).
+Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering`` (hooks). Extension points:
+``rollout_context`` / ``rollout_logprobs`` (routes; the sampler runs steered; HF records the steered behaviour log-probs,
+vLLM's are the steered ones), ``transform_rollout`` (route -1 on rows replaced by offline data),
+``scoring_forward_context`` / ``loss_forward_context`` (block-L readouts from TRL's own forwards; the bank update once
+every row was read), ``advantage_weights`` (HF: truncated IS weights; vLLM: TRL's token_truncate correction, only
+logged), ``batch_fields`` (``ase_route``, ``ase_row``), ``on_step_end`` (bank activation), ``save`` / ``load``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
-import math
 import os
 import time
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
-from trl_explore.ase.bank import SteeringVectorBank
-from trl_explore.ase.importance import truncated_importance_weights
-from trl_explore.ase.recording import BlockReadouts, SampledTokenLogProbs
-from trl_explore.ase.routing import balanced_uniform_routes, pairwise_answer_disagreement, per_route_accuracy
+from trl_explore.ase.bank import SteeringVectorBank, bank_metrics
+from trl_explore.ase.importance import routed_importance_weights
+from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs
+from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
 from trl_explore.ase.steering import steering_offsets
 from trl_explore.components import Component
 from trl_explore.defaults import trl_scores_after_generation
@@ -45,48 +34,15 @@ BANK_DIR = "steering_bank"
 """Sub-folder of a checkpoint (and of the final model folder) holding the vector bank."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ASERollout:
-    """Routes of one generation call: steering ids / table given to the steerer, logged routes [B] (0 = clean,
-    -1 = offline row), steered readout offsets ``alpha * v`` [B, d] (None: unsteered)."""
-
-    steering_ids: torch.Tensor | None
-    table: torch.Tensor | None
-    routes: torch.Tensor
-    offsets: torch.Tensor | None
-
-
-class BankStep:
-    """The readouts of one training generation, filled micro-batch by micro-batch until the bank update runs."""
-
-    def __init__(self, problem_ids, correct, offsets, valid, hidden_size):
-        self.problem_ids, self.correct, self.offsets, self.valid = problem_ids, correct, offsets, valid
-        self.readouts = torch.zeros(len(valid), hidden_size)
-        self.filled = torch.zeros(len(valid), dtype=torch.bool)
-        self.updated = False
-
-    def store(self, rows: torch.Tensor, readouts: torch.Tensor) -> bool:
-        """Store ``readouts`` of ``rows``; True when every row of the generation has been read."""
-        if readouts.shape[0] != rows.numel():
-            raise RuntimeError(f"ASE: captured {readouts.shape[0]} readouts for {rows.numel()} rows")
-        self.readouts[rows], self.filled[rows] = readouts, True
-        return bool(self.filled.all())
-
-
 class ASEComponent(Component):
-    """Activation-space exploration (see the module docstring).
-
-    Args:
-        bank: a ``SteeringVectorBank`` to start from (default: an empty one built from the config at ``bind``).
-        include_offline_in_bank: with OGER's hybrid groups, let the replaced (offline) rows form contrast pairs.
-    """
+    """ASE-GRPO's part. ``bank``: a ``SteeringVectorBank`` to start from (default: empty, from the config);
+    ``include_offline_in_bank``: with OGER's hybrid groups, let the offline rows form contrast pairs."""
 
     def __init__(self, bank: SteeringVectorBank | None = None, include_offline_in_bank: bool = False):
         self.bank, self.include_offline_in_bank = bank, include_offline_in_bank
         self.steerer = self.vllm_steerer = None
-        self.bank_diagnostics: list[dict] = []
-        self.rollout: ASERollout | None = None
-        self.step: BankStep | None = None
+        self.bank_diagnostics: list[dict] = []  # one dict per bank update
+        self.rollout = self.step = None  # the current generation's ASERollout; the BankStep awaiting its update
         self._recorder = self._scored = self._scoring_capture = self._loss_capture = None
 
     def bind(self, trainer) -> None:
@@ -95,33 +51,17 @@ class ASEComponent(Component):
         super().bind(trainer)
         self.steerer, self.vllm_steerer = build_steerers(trainer)
         self.bank = build_bank(trainer, self.bank)
-        # Readouts come from TRL's scoring forward (policy at rollout time) when TRL makes one, else from the loss
-        # forward; the unstructured control has no bank to update.
-        self._readouts_at_scoring = trl_scores_after_generation(trainer)
-
-    def _mode_args(self):
-        return self.trainer, self.trainer.args
 
     def plan_routes(self, num_rows: int, num_generations: int):
-        """``(steering ids [B], table [R, d], logged routes [B])`` for this process's rollouts, or None (no steering).
-        Routes are drawn for the global batch and sliced: a group split across processes keeps its balanced split."""
-        t, args = self._mode_args()
-        world, rank = t.accelerator.num_processes, t.accelerator.process_index
-        total, local = num_rows * world, slice(rank * num_rows, (rank + 1) * num_rows)
-        if args.bank_control == "unstructured_random":  # one unit random vector per rollout (App. D.2)
-            table = self.bank.random_rollout_vectors(total)[local]
-            return torch.arange(1, num_rows + 1), table, torch.ones(num_rows, dtype=torch.long)
-        if self.bank.vectors is None:
-            return None
-        if total % num_generations != 0:
-            raise ValueError(f"generation batch of {total} rows is not a whole number of groups of {num_generations}")
-        generator = t.step_generator(t._step % args.gradient_accumulation_steps)
-        routes = balanced_uniform_routes(total // num_generations, num_generations, args.num_vectors, generator)[local]
-        return routes, self.bank.vectors, routes
+        """``(steering ids [B], table [R, d], logged routes [B])`` of this process's rollouts, or None (no steering)."""
+        t = self.trainer
+        micro_step = t._step % t.args.gradient_accumulation_steps
+        return plan_routes(self.bank, t.args, num_rows, num_generations, t.accelerator.num_processes,
+                           t.accelerator.process_index, t.step_generator(micro_step))
 
     @contextlib.contextmanager
     def rollout_context(self, num_rows, num_generations, mode):
-        t, args = self._mode_args()
+        t, args = self.trainer, self.trainer.args
         plan = self.plan_routes(num_rows, num_generations) if mode == "train" else None
         self._recorder, start = None, time.perf_counter()
         if plan is None:
@@ -145,7 +85,7 @@ class ASEComponent(Component):
                 yield
         t._metrics[mode]["ase/rollout_time"].append(time.perf_counter() - start)
 
-    def rollout_logprobs(self, completion_ids, logprobs, mode):
+    def rollout_logprobs(self, completion_ids, logprobs, mode):  # HF: the steered behaviour log-probs
         return logprobs if self._recorder is None else self._recorder.per_completion(completion_ids)
 
     def behaviour_context(self, mode):
@@ -164,33 +104,24 @@ class ASEComponent(Component):
         return rollout
 
     # ---------------------------------------------------------------- scoring and rewards
-    def _collects_readouts(self, mode) -> bool:
+    def _collects_readouts(self, mode) -> bool:  # the unstructured control has no bank to update
         return mode == "train" and self.trainer.args.bank_control != "unstructured_random"
 
-    def observes_scoring_forward(self, mode):
-        return self._collects_readouts(mode) and self._readouts_at_scoring
+    def observes_scoring_forward(self, mode):  # readouts at the policy of rollout time, when TRL scores then
+        return self._collects_readouts(mode) and trl_scores_after_generation(self.trainer)
 
     def scoring_forward_context(self, input_ids, attention_mask, logits_to_keep):
-        t, args = self._mode_args()
-        if not self.observes_scoring_forward(t._mode()):
+        if not self.observes_scoring_forward(self.trainer._mode()):
             return None
-        self._scoring_capture = BlockReadouts(self.steerer.decoder_block(), input_ids, attention_mask, logits_to_keep,
-                                              args.readout_fraction, self.bank.hidden_size)
+        self._scoring_capture = self._readouts(input_ids, attention_mask, logits_to_keep)
         return self._scoring_capture
 
-    def on_rewards(self, rewards_per_func, completions, mode):
-        correct = rewards_per_func[:, self.trainer.args.correctness_reward_index].detach().float().cpu()
-        self._scored = (correct, completions)
+    def _readouts(self, input_ids, attention_mask, logits_to_keep) -> BlockReadouts:
+        return BlockReadouts(self.steerer.decoder_block(), input_ids, attention_mask, logits_to_keep,
+                             self.trainer.args.readout_fraction, self.bank.hidden_size)
 
-    def _problem_id(self, row: dict):
-        value = row.get(self.trainer.args.problem_id_column)
-        if value is None:  # stable across processes, unlike hash()
-            return hashlib.sha1(json.dumps(row["prompt"], sort_keys=True, default=str).encode()).hexdigest()[:16]
-        try:
-            hash(value)
-        except TypeError:
-            value = repr(value)
-        return value
+    def on_rewards(self, rewards_per_func, completions, mode):  # R_m of every process's completions
+        self._scored = (rewards_per_func[:, self.trainer.args.correctness_reward_index].detach().float().cpu(), completions)
 
     def batch_fields(self, output, rows, mode):
         t = self.trainer
@@ -203,7 +134,7 @@ class ASEComponent(Component):
             valid = (output["completion_mask"].sum(1) > 0).cpu()
             if not self.include_offline_in_bank:
                 valid &= routes >= 0
-            problem_ids = gather_object([self._problem_id(row) for row in rows])
+            problem_ids = gather_object([problem_id(row, t.args.problem_id_column) for row in rows])
             self.step = BankStep(problem_ids, correct, self.rollout.offsets, valid, self.bank.hidden_size)
             if self._scoring_capture is not None:
                 self._store_readouts(torch.arange(num_rows), self._scoring_capture.readouts())
@@ -247,37 +178,27 @@ class ASEComponent(Component):
             self.bank.load_state_dict(synced[0])
             diagnostics = synced[1]
         self.bank_diagnostics.append({"global_step": t.state.global_step, **diagnostics})
-        metrics = t._metrics["train"]
-        metrics["ase/num_pairs"].append(diagnostics["num_pairs"])
-        metrics["ase/skipped_updates"].append(float(self.bank.num_skipped_updates))
-        metrics["ase/bank_update_time"].append(elapsed)
-        for key, value in diagnostics.items():
-            if key.startswith("cluster_share/"):
-                metrics[f"ase/cluster_share_{key.split('/')[1]}"].append(value)
-            elif key in ("temporal_alignment", "inter_cluster_alignment"):
-                metrics[f"ase/{key}"].append(value)
-            elif key == "mean_vector_norm":
-                metrics["ase/vector_norm"].append(value)
+        logged = {"ase/num_pairs": diagnostics["num_pairs"], "ase/skipped_updates": float(self.bank.num_skipped_updates),
+                  "ase/bank_update_time": elapsed, **bank_metrics(diagnostics)}
+        for name, value in logged.items():
+            t._metrics["train"][name].append(value)
 
     # ---------------------------------------------------------------- loss
     def _captures(self, inputs, mode) -> bool:
         rows, step = inputs.get("ase_row"), self.step
-        return (mode == "train" and step is not None and rows is not None and not step.updated
-                and not bool(step.filled[rows.cpu()].all()))
+        return mode == "train" and step is not None and rows is not None and not (
+            step.updated or bool(step.filled[rows.cpu()].all()))
 
     def _weighs(self, inputs, mode) -> bool:
-        return mode == "train" and "ase_route" in inputs and ("importance_sampling_ratio" in inputs
-                                                             if self.trainer.use_vllm else "sampling_per_token_logps" in inputs)
+        key = "importance_sampling_ratio" if self.trainer.use_vllm else "sampling_per_token_logps"
+        return mode == "train" and "ase_route" in inputs and key in inputs
 
     def uses_loss_forward(self, inputs, mode):
         return self._captures(inputs, mode) or self._weighs(inputs, mode)
 
     def loss_forward_context(self, inputs, input_ids, attention_mask, logits_to_keep):
-        if not self._captures(inputs, self.trainer._mode()):
-            return None
-        args = self.trainer.args
-        self._loss_capture = BlockReadouts(self.steerer.decoder_block(), input_ids, attention_mask, logits_to_keep,
-                                           args.readout_fraction, self.bank.hidden_size)
+        if self._captures(inputs, self.trainer._mode()):
+            self._loss_capture = self._readouts(input_ids, attention_mask, logits_to_keep)
         return self._loss_capture
 
     def on_loss_forward(self, inputs, forward, mode):
@@ -298,18 +219,12 @@ class ASEComponent(Component):
         ``w`` for every TRL loss type (verl's token-level TIS); the KL and entropy terms are not weighted."""
         if self.trainer.use_vllm or not self._weighs(inputs, mode):
             return None
-        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         current = inputs.get("old_per_token_logps")
         current = forward.logps.detach() if current is None else current
-        behaviour, steered = inputs["sampling_per_token_logps"], inputs["ase_route"] > 0
-        weights = torch.ones_like(current, dtype=torch.float32)
-        steered_mask = mask.bool() & steered[:, None]
-        clipped = torch.zeros_like(steered_mask)
-        if bool(steered.any()):
-            weights[steered] = truncated_importance_weights(current[steered], behaviour[steered], mask[steered],
-                                                            cap=self.trainer.args.is_cap)
-            clipped = (current.float() - behaviour.float() > math.log(self.trainer.args.is_cap)) & steered_mask
-        self._log_is_weights(mode, weights, clipped, steered_mask)
+        mask, steered = inputs["completion_mask"] * inputs.get("tool_mask", 1), inputs["ase_route"] > 0
+        weights, clipped = routed_importance_weights(current, inputs["sampling_per_token_logps"], mask, steered,
+                                                     self.trainer.args.is_cap)
+        self._log_is_weights(mode, weights, clipped, mask.bool() & steered[:, None])
         return weights
 
     def _log_is_weights(self, mode, weights, clipped, steered_mask) -> None:
@@ -326,9 +241,7 @@ class ASEComponent(Component):
     def on_step_end(self):
         self.bank.activate()  # paper §3: a new bank becomes active only after actor optimization
 
-    def save(self, output_dir):
-        # The bank (K x d floats, safetensors + json) is training state; from_pretrained ignores it; evaluation with
-        # inference-time steering (the paper's ^S) loads it with SteeringVectorBank.load.
+    def save(self, output_dir):  # training state; evaluation with steering (the paper's ^S) loads it too
         self.bank.save(os.path.join(output_dir, BANK_DIR))
 
     def load(self, checkpoint):

@@ -3,6 +3,8 @@ during TRL's policy forwards; and two construction-time helpers (steering-layer 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from trl_explore.ase.config import ASEConfig
@@ -127,3 +129,31 @@ def max_routes(args: ASEConfig) -> int:
     per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``)."""
     rows = args.per_device_train_batch_size * args.steps_per_generation * max(1, args.vllm_tensor_parallel_size)
     return 1 + (rows if args.bank_control == "unstructured_random" else args.num_vectors)
+
+
+@dataclasses.dataclass(frozen=True)
+class ASERollout:
+    """Routes of one generation call: steering ids / table given to the steerer, logged routes [B] (0 = clean,
+    -1 = offline row), steered readout offsets ``alpha * v`` [B, d] (None: unsteered)."""
+
+    steering_ids: torch.Tensor | None
+    table: torch.Tensor | None
+    routes: torch.Tensor
+    offsets: torch.Tensor | None
+
+
+class BankStep:
+    """The readouts of one training generation, filled micro-batch by micro-batch until the bank update runs."""
+
+    def __init__(self, problem_ids, correct, offsets, valid, hidden_size):
+        self.problem_ids, self.correct, self.offsets, self.valid = problem_ids, correct, offsets, valid
+        self.readouts = torch.zeros(len(valid), hidden_size)
+        self.filled = torch.zeros(len(valid), dtype=torch.bool)
+        self.updated = False
+
+    def store(self, rows: torch.Tensor, readouts: torch.Tensor) -> bool:
+        """Store ``readouts`` of ``rows``; True when every row of the generation has been read."""
+        if readouts.shape[0] != rows.numel():
+            raise RuntimeError(f"ASE: captured {readouts.shape[0]} readouts for {rows.numel()} rows")
+        self.readouts[rows], self.filled[rows] = readouts, True
+        return bool(self.filled.all())

@@ -1,17 +1,12 @@
 """OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
-Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). The maths lives in
-``exploration`` (Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2) and ``policy_shaping`` (Eq. 10 + LUFFY);
-the reward (Eq. 7-8) is ``trl_explore.rewards.OGERRewardFunction``. Extension points used:
-
-* ``rollout_context``: records the entropy of the sampling distribution at every decoding step (HF ``generate``),
-  the one that sampled each token (steered, under ASE-GRPO's routes).
-* ``transform_rollout``: ``H_last`` (Eq. 6) and divergence (Eq. 1-5) of every online row, then the ``k`` least
-  divergent rows of each group are replaced by teacher trajectories (no behaviour log-probs).
-* ``on_scoring_forward``: ``H_last`` from TRL's scoring forward when generation did not record it (vLLM).
-* ``reward_fields``: ``is_offline``, ``teacher``, ``oger_divergence``, ``last_token_entropy`` for the rewards.
-* ``batch_fields``: ``is_offline`` ([B] bool) in the training batch.
-* ``loss_inputs`` / ``extra_loss``: offline rows leave TRL's objective (``tool_mask``) and get policy shaping.
+Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths: ``exploration``
+(Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``OGERRewardFunction``
+(Eq. 7-8). Extension points: ``rollout_context`` (entropy of the sampling distribution, steered or not, at each
+decoding step), ``transform_rollout`` (H_last and divergence of every online row; the ``k`` least divergent rows of
+each group replaced by teacher trajectories), ``on_scoring_forward`` (H_last from TRL's scoring forward with vLLM),
+``reward_fields`` / ``batch_fields`` (per-completion values, ``is_offline``), ``loss_inputs`` / ``extra_loss``
+(offline rows leave TRL's objective and are trained by policy shaping).
 """
 
 from __future__ import annotations
@@ -22,13 +17,13 @@ import logging
 import torch
 
 from trl_explore.components import Component, Rollout
-from trl_explore.defaults import check_train_dataset_size, trl_scores_after_generation
+from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
-from trl_explore.oger.offline import check_prompt, offline_embeddings, offline_trajectories
-from trl_explore.oger.policy_shaping import aggregate_token_loss, policy_shaping_per_token_loss
-from trl_explore.oger.replacement import offline_completion_ids, sample_offline_indices, select_replacements
+from trl_explore.oger.offline import group_offline, teacher_completion
+from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
+from trl_explore.oger.replacement import sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
 
 logger = logging.getLogger(__name__)
@@ -49,11 +44,7 @@ class OGERGeneration:
 
 
 class OGERComponent(Component):
-    """OGER's hybrid groups, exploration-reward inputs and policy shaping (see the module docstring).
-
-    Args:
-        encoder: a ``TrajectoryEncoder``; default: built from ``args.embedding_model`` at ``bind``.
-    """
+    """OGER's part (module docstring). ``encoder``: a ``TrajectoryEncoder`` (default: from ``args.embedding_model``)."""
 
     def __init__(self, encoder: TrajectoryEncoder | None = None):
         self.encoder = encoder
@@ -61,52 +52,14 @@ class OGERComponent(Component):
         self._recorder: LastTokenEntropyRecorder | None = None
         self._warned_truncation = False
 
-    @staticmethod
-    def prepare(args, reward_funcs, train_dataset) -> list:
-        """Construction-time checks and the reward list, before TRL's ``__init__``.
-
-        Returns ``reward_funcs`` (default ``[math_reward, OGERRewardFunction]``, Eq. 8) with the ablation switches
-        applied to every ``OGERRewardFunction`` and ``args.reward_weights`` set when None (``[1, 0]`` "w/o Reward").
-
-        Raises:
-            ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in the first 64 rows;
-                fewer prompts than one generation batch.
-        """
-        from trl_explore.rewards.math_verify_reward import math_reward
-        from trl_explore.rewards.oger_reward import OGERRewardFunction
-
-        if reward_funcs is None:
-            reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)]
-        reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]
-        for func, oger in zip(reward_funcs, is_oger):
-            if oger:
-                func.entropy_refinement = args.entropy_refinement
-        if args.reward_weights is None:
-            args.reward_weights = [0.0 if oger and not args.use_exploration_reward else 1.0 for oger in is_oger]
-        elif not args.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
-            raise ValueError(
-                "use_exploration_reward=False ('w/o Reward') but reward_weights gives the OGER reward a non-zero "
-                f"weight: {args.reward_weights}"
-            )
-        if train_dataset is not None and not hasattr(train_dataset, "__len__"):
-            train_dataset = None  # an IterableDataset: rows are checked as they arrive
-        check_train_dataset_size(train_dataset, args)
-        for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
-            check_prompt(train_dataset[i], f"training row {i}")
-            offline_trajectories(train_dataset[i], args, f"training row {i}")
-        return reward_funcs
-
     def bind(self, trainer) -> None:
         super().bind(trainer)
         args = trainer.args
         if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
             trainer.epsilon_low = trainer.epsilon_high = float("inf")
         if self.encoder is None:
-            self.encoder = TrajectoryEncoder(
-                args.embedding_model, device=trainer.accelerator.device, batch_size=args.embedding_batch_size,
-                long_text_mode=args.embedding_long_text_mode,
-            )
+            self.encoder = TrajectoryEncoder(args.embedding_model, device=trainer.accelerator.device,
+                                             batch_size=args.embedding_batch_size, long_text_mode=args.embedding_long_text_mode)
         _ = self.encoder.dim  # load the embedding model now: a wrong name fails here, not after the first rollout
 
     def _needs(self, mode: str) -> tuple[int, bool, bool]:
@@ -130,25 +83,9 @@ class OGERComponent(Component):
         return self._recorder
 
     def offline_for_group(self, rows, group, need_embeddings: bool = True):
-        """The group's teacher trajectories, teacher names and ``[M, d]`` embeddings (None without ``need_embeddings``).
-
-        Raises:
-            ValueError: the group's rows hold different prompts, or a training row lacks the offline column.
-        """
-        first = rows[group[0]]
-        for i in group:
-            if rows[i].get("prompt") != first.get("prompt"):
-                raise ValueError(
-                    f"rows {group[0]} and {i} of this process's batch belong to different prompts: OGER needs each "
-                    f"group of num_generations consecutive rows to hold one prompt"
-                )
-        args = self.trainer.args
-        if args.offline_completions_column not in first and not self.trainer.model.training:
-            return [], [], None  # an evaluation set without teachers: divergence 0, nothing to replace
-        texts, teachers, stored = offline_trajectories(first, args)
-        if not texts or not need_embeddings:
-            return texts, teachers, None
-        return texts, teachers, offline_embeddings(texts, stored, self.encoder, args)
+        """The group's teacher texts, names and ``[M, d]`` embeddings (see ``offline.group_offline``)."""
+        t = self.trainer
+        return group_offline(rows, group, t.args, self.encoder if need_embeddings else None, t.model.training)
 
     def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor, mode: str):
         """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
@@ -187,7 +124,7 @@ class OGERComponent(Component):
         is_offline, teacher = [False] * num_rows, [None] * num_rows
         div_values = [0.0] * num_rows
         entropy_values = entropy.tolist() if entropy is not None else [None] * num_rows
-        eos_id, num_truncated = t._tokenizer.eos_token_id, 0
+        num_truncated = 0
         for start in range(0, num_rows, group_size):
             offline_texts, teachers, offline_emb = self.offline_for_group(rows, range(start, start + group_size), need_div)
             if not offline_texts:
@@ -198,41 +135,34 @@ class OGERComponent(Component):
             chosen = select_replacements(d, num_replace, args.replacement_rule, rng)
             for local, j in zip(chosen.tolist(), sample_offline_indices(len(offline_texts), len(chosen), rng)):
                 i = start + local
-                tokens = t._tokenizer(offline_texts[j], add_special_tokens=False)["input_ids"]
-                ids = offline_completion_ids(tokens, t.max_completion_length, eos_id)
-                num_truncated += int(len(tokens) - (tokens[-1:] == [eos_id]) > t.max_completion_length - 1)
-                text = t.processing_class.decode(ids, skip_special_tokens=True)
-                completion_ids[i] = ids
-                completions[i] = [{"role": "assistant", "content": text}] if isinstance(completions[i], list) else text
+                completion_ids[i], completions[i], cut = teacher_completion(
+                    offline_texts[j], t._tokenizer, t.processing_class, t.max_completion_length,
+                    isinstance(completions[i], list))
+                ids, num_truncated = completion_ids[i], num_truncated + cut
                 if logprobs is not None:  # no behaviour log-probs: TRL reads NaN as "no IS correction"
                     logprobs[i] = [None] * len(ids)
                 if tool_mask is not None:
                     tool_mask[i] = [1] * len(ids)
                 is_offline[i], teacher[i], div_values[i], entropy_values[i] = True, teachers[j], None, None
 
-        self.generation = OGERGeneration(
-            mode, tuple(is_offline), tuple(teacher), tuple(div_values), tuple(entropy_values), num_truncated, need_div,
-            last_pos if deferred else None,
-        )
+        self.generation = OGERGeneration(mode, tuple(is_offline), tuple(teacher), tuple(div_values),
+                                         tuple(entropy_values), num_truncated, need_div, last_pos if deferred else None)
         if not deferred:
             self._log_generation_metrics()
         extra_fields = {**rollout.extra_fields, "is_offline": list(is_offline)}  # read by later components
-        return dataclasses.replace(
-            rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs, tool_mask=tool_mask,
-            extra_fields=extra_fields,
-        )
+        return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
+                                   tool_mask=tool_mask, extra_fields=extra_fields)
 
-    def observes_scoring_forward(self, mode):
+    def observes_scoring_forward(self, mode=None):
         return self.generation is not None and self.generation.pending_entropy is not None
 
-    def needs_scoring_entropy(self):
-        return self.observes_scoring_forward("train")
+    needs_scoring_entropy = observes_scoring_forward
 
     def on_scoring_forward(self, forward):
         gen = self.generation
         if gen is None or gen.pending_entropy is None:
             return
-        entropy = list(gen.entropy)  # offline rows keep None
+        entropy = list(gen.entropy)  # offline rows keep None; the online ones are read from TRL's forward
         online = torch.tensor([i for i, off in enumerate(gen.is_offline) if not off], dtype=torch.long)
         if online.numel():
             values = last_token_values(forward.entropies.detach().float().cpu()[online], gen.pending_entropy[online])
@@ -254,11 +184,9 @@ class OGERComponent(Component):
         gen, t = self.generation, self.trainer
         online = [i for i, off in enumerate(gen.is_offline) if not off]
         has_entropy = bool(online) and gen.entropy[online[0]] is not None  # the same on every process
-        stats = torch.tensor(
-            [sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy else 0.0,
-             float(len(online)), float(sum(gen.is_offline)), float(len(gen.is_offline)), float(gen.num_truncated)],
-            dtype=torch.float64, device=t.accelerator.device,
-        )
+        stats = torch.tensor([sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy
+                              else 0.0, len(online), sum(gen.is_offline), len(gen.is_offline), gen.num_truncated],
+                             dtype=torch.float64, device=t.accelerator.device)
         div_sum, ent_sum, n_online, n_offline, n_all, n_cut = t.accelerator.reduce(stats, reduction="sum").tolist()
         metrics = t._metrics[gen.mode]
         if gen.need_divergence:
@@ -270,11 +198,9 @@ class OGERComponent(Component):
         metrics["oger/offline_truncated_fraction"].append(n_cut / max(n_offline, 1.0))
         if n_cut and not self._warned_truncation:
             self._warned_truncation = True
-            logger.warning(
-                "%d offline trajectories were truncated to max_completion_length=%d tokens: filter the offline set "
-                "to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
-                int(n_cut), t.max_completion_length,
-            )
+            logger.warning("%d offline trajectories were truncated to max_completion_length=%d tokens: filter the offline "
+                           "set to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
+                           int(n_cut), t.max_completion_length)
 
     # ---------------------------------------------------------------- loss
     def uses_loss_forward(self, inputs, mode):
@@ -304,20 +230,13 @@ class OGERComponent(Component):
         else:
             token_normalizer = n_all
         shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], t.args.policy_shaping_gamma)
-        offline_loss = aggregate_token_loss(
-            shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
-            max_completion_length=t.max_completion_length, token_normalizer=token_normalizer,
-            accumulation_steps=accumulation,
-        )
+        offline_loss = aggregate_token_loss(shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
+                                            max_completion_length=t.max_completion_length,
+                                            token_normalizer=token_normalizer, accumulation_steps=accumulation)
         loss = loss + offline_loss
-        # TRL's entropy bonus averaged over on-policy tokens only; make it the mean over all tokens
-        if t._entropy_bonus_enabled and t.top_entropy_quantile >= 1.0:
-            coef = t.entropy_coef
-            if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target:
-                coef = 0.0
-            mean_all = (forward.entropies * all_mask).sum() / n_all.clamp(min=1.0)
-            mean_online = (forward.entropies * online_mask).sum() / n_online.clamp(min=1.0)
-            loss = loss - coef * (mean_all - mean_online) / accumulation
+        if t._entropy_bonus_enabled and t.top_entropy_quantile >= 1.0:  # TRL's bonus covered on-policy tokens only
+            coef = 0.0 if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target else t.entropy_coef
+            loss = loss - coef * entropy_bonus_correction(forward.entropies, all_mask, online_mask) / accumulation
         with torch.no_grad():
             probs = forward.logps.exp()
             stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(), offline_loss.detach() * accumulation])

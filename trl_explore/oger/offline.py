@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from trl_explore.oger.config import OGERConfig
+from trl_explore.oger.replacement import offline_completion_ids
 
 
 def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset row"):
@@ -74,3 +75,44 @@ def offline_embeddings(texts: list[str], stored, encoder, args: OGERConfig) -> t
     if not torch.isfinite(emb).all():
         raise ValueError(f"column {args.offline_embeddings_column!r} holds NaN or infinite values")
     return emb
+
+
+def group_offline(rows, group, args: OGERConfig, encoder=None, training: bool = True):
+    """One group's teacher trajectories, teacher names and ``[M, d]`` embeddings (None when ``encoder`` is None).
+
+    Args:
+        rows: the process's batch rows; group: the indices of one group (``num_generations`` consecutive rows).
+        encoder: a ``TrajectoryEncoder``, or None when no embedding is needed.
+        training: in evaluation a set without the offline column gives no teachers (divergence 0, no replacement).
+
+    Raises:
+        ValueError: the group's rows hold different prompts, or a training row lacks the offline column.
+    """
+    first = rows[group[0]]
+    for i in group:
+        if rows[i].get("prompt") != first.get("prompt"):
+            raise ValueError(
+                f"rows {group[0]} and {i} of this process's batch belong to different prompts: OGER needs each "
+                f"group of num_generations consecutive rows to hold one prompt"
+            )
+    if args.offline_completions_column not in first and not training:
+        return [], [], None
+    texts, teachers, stored = offline_trajectories(first, args)
+    if not texts or encoder is None:
+        return texts, teachers, None
+    return texts, teachers, offline_embeddings(texts, stored, encoder, args)
+
+
+def teacher_completion(text: str, tokenizer, processing_class, max_completion_length: int, conversational: bool):
+    """A teacher trajectory as a completion: ``(token ids, completion, truncated)``.
+
+    The ids are the policy ``tokenizer``'s (no special tokens), cut to ``max_completion_length`` and ended with EOS
+    (``replacement.offline_completion_ids``); the completion is their decoded text, as an assistant message when
+    ``conversational``; ``truncated`` is 1 when the teacher text lost tokens (and usually its answer), else 0.
+    """
+    eos_id = tokenizer.eos_token_id
+    tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = offline_completion_ids(tokens, max_completion_length, eos_id)
+    truncated = int(len(tokens) - (tokens[-1:] == [eos_id]) > max_completion_length - 1)
+    decoded = processing_class.decode(ids, skip_special_tokens=True)
+    return ids, ([{"role": "assistant", "content": decoded}] if conversational else decoded), truncated

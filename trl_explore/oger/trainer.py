@@ -11,6 +11,7 @@ import textwrap
 
 from trl_explore.defaults import resolve_model_and_config
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.oger import setup as oger_setup
 from trl_explore.oger.component import OGERComponent
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
@@ -52,7 +53,7 @@ class OGERTrainer(ExplorationTrainer):
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
-        reward_funcs = OGERComponent.prepare(args, reward_funcs, kwargs.get("train_dataset"))
+        reward_funcs = oger_setup.prepare(args, reward_funcs, kwargs.get("train_dataset"))
         component = OGERComponent(encoder)
         with engine_options(enforce_eager=True if args.use_vllm and args.vllm_enforce_eager else None):
             super().__init__(model, reward_funcs, args=args, components=[component], **kwargs)
