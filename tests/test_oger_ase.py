@@ -5,9 +5,6 @@ route's distribution), the formulas of the two losses, and the recorded inputs o
 """
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +14,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from conftest import make_tiny_causal_lm
+from conftest import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.oger import component as oger_component
 from trl_explore.oger.entropy import entropy_from_logits
@@ -301,7 +298,7 @@ import json, sys
 from pathlib import Path
 
 sys.path.insert(0, {tests_dir!r})
-from conftest import make_tiny_causal_lm
+from conftest import make_tiny_causal_lm, run_two_cpu_processes
 from test_oger_ase import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 
@@ -338,13 +335,7 @@ bank = trainer.bank
 def test_two_processes_keep_whole_groups_and_one_bank(tmp_path):
     script = tmp_path / "oger_ase_two_process.py"
     script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), str(tmp_path)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    result = run_two_cpu_processes(script, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["vectors"] is not None and ranks[0]["vectors"] == ranks[1]["vectors"]  # one bank, bit for bit

@@ -79,6 +79,8 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         "generate_every = self.args.steps_per_generation * self.num_iterations",
     ),
     "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",),
+    # every training / evaluation loss goes through the driver's `_compute_loss`
+    "compute_loss": ("return self._compute_loss(model, inputs)",),
     "__init__": ("self.vllm_generation = ",),
 }
 
