@@ -25,7 +25,6 @@ from train_oger import ScriptArguments, load_train_dataset, print_completion_row
 from trl_explore import OGERASEConfig, OGERASETrainer  # noqa: E402
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smollm2_champ_cpu.yaml"
-__all__ = ["ScriptArguments", "main"]
 
 
 def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args: ModelConfig) -> OGERASETrainer:
