@@ -61,6 +61,7 @@ class ScriptArguments:
         test_fraction (`float`, default 0.1): held-out problems.
         seed (`int`, default 0): split seed.
         num_proc (`int`, default 1): Math-Verify processes.
+        grader_mode (`str`, default ``"math_verify"``): how teacher answers are graded (as in training).
     """
 
     output_dir: str = field(
@@ -91,6 +92,11 @@ class ScriptArguments:
     test_fraction: float = field(default=0.1, metadata={"help": "Fraction of problems held out as test."})
     seed: int = field(default=0, metadata={"help": "Seed of the train/test split."})
     num_proc: int = field(default=1, metadata={"help": "Processes for Math-Verify."})
+    grader_mode: str = field(
+        default="math_verify",
+        metadata={"help": "How teacher answers are graded (the trainers' option).",
+                  "choices": ["math_verify", "trl", "strict", "boxed"]},
+    )
 
 
 def load_rows(args: ScriptArguments):
@@ -146,6 +152,7 @@ def main(args: ScriptArguments) -> None:
         test_fraction=args.test_fraction,
         seed=args.seed,
         num_proc=args.num_proc,
+        grader_mode=args.grader_mode,
     )
     dataset, report = builder.build(*sources)
     save_offline_dataset(dataset, args.output_dir)

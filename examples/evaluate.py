@@ -62,10 +62,10 @@ class EvalArguments:
     batch_size: int = field(default=32, metadata={"help": "Rows per generate call (transformers backend)."})
     dtype: str = field(default="float32", metadata={"help": "Weights dtype (transformers backend)."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    require_boxed: bool = field(
-        default=False,
-        metadata={"help": "Count a maths answer only inside \\boxed{} (default: the training reward's rule, which "
-                  "also reads unboxed text near the end)."},
+    grader_mode: str = field(
+        default="math_verify",
+        metadata={"help": "How maths answers are graded, the trainers' option ('boxed': only inside \\boxed{}).",
+                  "choices": ["math_verify", "trl", "strict", "boxed"]},
     )
     output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
     label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
@@ -133,7 +133,7 @@ def main(args: EvalArguments) -> dict:
                                       steering=steering, dtype=args.dtype)
     records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
                                        benchmark_files=files, limit=args.limit, seed=args.seed,
-                                       require_boxed=args.require_boxed, **overrides)
+                                       grader_mode=args.grader_mode, **overrides)
     summary["model"] = model
     baseline = runner.load_summary(args.baseline_dir) if args.baseline_dir else None
     runner.save_run(out, records, summary, label=label, baseline=baseline)

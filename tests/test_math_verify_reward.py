@@ -11,22 +11,29 @@ import time
 
 import pytest
 
+from trl_explore.data.champ_answers import gold_alternatives, strip_note, unwrap_phrase
+from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
+from trl_explore.rewards.grading import read_gold
 from trl_explore.rewards.math_verify_reward import (
     GoldAnswerError,
     MathVerifyReward,
-    ascii_to_latex,
     completion_text,
     extract_answer,
     last_boxed_content,
     math_reward,
-    nesting_depth,
-    normalise_gold,
     parse_gold,
-    strip_note,
-    unwrap_phrase,
     verify_answer,
-    yes_no_word,
 )
+
+
+def own_forms(gold):
+    """This package's plain-text reading of a gold, before Math-Verify: one LaTeX string per alternative."""
+    forms = []
+    for alternative in gold_alternatives(gold):
+        word = yes_no_word(alternative)
+        forms.append(word or (alternative if looks_like_latex(alternative) else ascii_answer_to_latex(alternative)))
+    return forms
+
 
 # --------------------------------------------------------------------------------------------------
 # Pure string functions
@@ -148,11 +155,12 @@ def test_strip_note_unwrap_phrase_yes_no_word():
         ("0 is the only possible value", ["0"]),
         ("(x+1)(x^3−x^2+1)", ["(x+1)(x^{3}-x^{2}+1)"]),  # unicode minus
         ("No", ["no"]),
-        (r"$\frac{1}{2}$", [r"\frac{1}{2}"]),  # LaTeX is kept, outer $ removed
+        (r"$\frac{1}{2}$", [r"$\frac{1}{2}$"]),  # LaTeX is kept as it is
+        ("a=b=c", ["a=b=c"]),  # a chained equality stays one (guard "chained_equality"), not the tuple (c, c)
     ],
 )
-def test_normalise_gold(gold, forms):
-    assert normalise_gold(gold) == forms
+def test_gold_alternatives_and_ascii_reading(gold, forms):
+    assert own_forms(gold) == forms
 
 
 @pytest.mark.parametrize(
@@ -167,9 +175,9 @@ def test_normalise_gold(gold, forms):
         "(" * 11 + "1" + ")" * 11,  # nested too deep
     ],
 )
-def test_normalise_gold_refuses(gold):
+def test_unreadable_gold_refuses(gold):
     with pytest.raises(GoldAnswerError):
-        normalise_gold(gold)
+        read_gold(gold)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -182,7 +190,8 @@ VERIFY_CASES = [
     (r"\boxed{2^{n-1}}", "2^(n-1)", True),
     (r"\boxed{2^(n-1)}", "2^(n-1)", True),  # ASCII maths in the box
     (r"\boxed{2^{n-1}}", "2", False),
-    ("The answer is 2^(n-1)", "2", False),  # unboxed: the number 2 is cut out of 2^(n-1)
+    # unboxed: Math-Verify reads the number 2 at the start of 2^(n-1) (its semantics; the strict mode refuses it)
+    ("The answer is 2^(n-1)", "2", True),
     (r"\boxed{n}", "n(n-3)/2", False),
     (r"\boxed{2}", "(2n)!/(2^n*n!)", False),
     # yes / no
@@ -213,7 +222,7 @@ VERIFY_CASES = [
     # binomials and factorials
     (r"\boxed{\binom{n+1}{2m+1}}", "C(n+1, 2m+1)", True),
     (r"\boxed{\binom{n+1}{2m}}", "C(n+1, 2m+1)", False),
-    (r"\boxed{C(n+1, 2m+1)}", r"\binom{n+1}{2m+1}", True),
+    (r"\boxed{C(n+1, 2m+1)}", r"\binom{n+1}{2m+1}", False),  # Math-Verify reads no ASCII binomial (strict does)
     (r"\boxed{\frac{(2n)!}{2^n n!}}", "(2n)!/(2^n*n!)", True),
     (r"\boxed{\frac{(2n)!}{n!}}", "(2n)!/(2^n*n!)", False),
     (r"\boxed{\frac{(n-1)!}{2}}", "n!/(2n)", True),
@@ -244,7 +253,7 @@ VERIFY_CASES = [
     # where the answer is read from
     ("So the final answer is $\\frac{1}{2}$.", "1/2", True),
     ("The answer is 42.", "42", True),
-    (r"\boxed{41} no, wait: \boxed{42}", "42", True),
+    (r"\boxed{41} no, wait: \boxed{42}", "42", False),  # several boxes are joined: {41, 42} (strict: the last one)
     (r"\boxed{42} no, wait: \boxed{41}", "42", False),
     (r"\fbox{42}", "42", True),
     ("x" * 100_000 + r"\boxed{42}", "42", True),
@@ -263,6 +272,20 @@ VERIFY_CASES = [
 @pytest.mark.parametrize("completion, gold, expected", VERIFY_CASES)
 def test_verify_answer(completion, gold, expected):
     assert verify_answer(completion, gold) is expected
+
+
+# Where the strict mode (version 0.1's rule, kept as an option) differs from the default on the cases above.
+STRICT_CASES = [
+    ("The answer is 2^(n-1)", "2", False),  # a number cut out of an expression is not an answer
+    (r"\boxed{C(n+1, 2m+1)}", r"\binom{n+1}{2m+1}", True),  # ASCII maths in a box
+    (r"\boxed{41} no, wait: \boxed{42}", "42", True),  # the LAST box
+    (r"\boxed{42} no, wait: \boxed{41}", "42", False),
+]
+
+
+@pytest.mark.parametrize("completion, gold, expected", STRICT_CASES)
+def test_verify_answer_strict_mode(completion, gold, expected):
+    assert verify_answer(completion, gold, mode="strict") is expected
 
 
 def test_enough_hand_labelled_cases():
@@ -296,13 +319,22 @@ def test_verify_answer_numeric_gold():
         ([{"role": "assistant", "content": r"\boxed{7}"}], "7"),
     ],
 )
-def test_extract_answer(completion, expected):
-    assert extract_answer(completion) == expected
+def test_extract_answer_strict_mode(completion, expected):
+    assert extract_answer(completion, mode="strict") == expected
+
+
+def test_extract_answer_default_mode():
+    assert extract_answer(r"blah \boxed{\frac12}") == r"\frac{1}{2}"
+    assert extract_answer("The answer is 42.") == "42"
+    assert extract_answer(r"\boxed{42") is None  # unclosed_box guard
+    assert extract_answer(r"\boxed{7} and \boxed{8}", mode="boxed") == "8"
 
 
 def test_parse_gold():
+    # Math-Verify reads "252" out of this one, equivalent to this package's reading: Math-Verify's reading is used
     assert [str(value) for value in parse_gold("C(10, 5), or equivalently 252")] == ["252", "252"]
-    assert [str(value) for value in parse_gold("2^(n-1)")] == ["2**(n - 1)"]  # all of it, not "2"
+    # Math-Verify reads "2" out of "2^(n-1)": this package's whole reading is used instead (form, then its LaTeX)
+    assert [str(value) for value in parse_gold("2^(n-1)")] == ["2**(n - 1)", "2^{n-1}"]
     assert parse_gold("Yes") == ["yes"]
     with pytest.raises(GoldAnswerError, match="unknown word"):
         parse_gold("The limit does not exist")
@@ -322,11 +354,14 @@ def test_pathological_input_returns_within_timeout():
     assert verify_answer(r"\boxed{3}", "3") is True  # a new worker takes over
 
 
-def test_an_error_in_the_worker_is_reported_and_the_worker_survives():
-    from trl_explore.rewards.math_verify_reward import _WORKER, _WorkerFailed
+def _raise_key_error():
+    raise KeyError("boom")
 
-    with pytest.raises(_WorkerFailed, match="KeyError"):
-        _WORKER.run("no_such_function", (), 5.0)
+
+def test_an_error_in_a_worker_is_reported_per_task_and_the_pool_survives():
+    from trl_explore.rewards.math_verify_reward import _run
+
+    assert _run(_raise_key_error, [()], 5.0, 1) == [("error", "KeyError('boom')")]
     assert verify_answer(r"\boxed{3}", "3") is True
 
 
@@ -462,7 +497,7 @@ def test_repeated_call_on_the_same_batch_reuses_the_rewards(monkeypatch):
     completions = ["\\boxed{4}", "\\boxed{5}"]
     first = reward(completions=completions, answer=["4", "4"])
     calls = []
-    monkeypatch.setattr(mvr, "verify_answer", lambda *a, **k: calls.append(a) or True)
+    monkeypatch.setattr(mvr, "grade_batch", lambda completions, golds, **k: calls.append(completions) or [True] * len(golds))
     assert reward(completions=completions, answer=["4", "4"]) == first == [1.0, 0.0]
     assert calls == []
     assert reward(completions=["\\boxed{5}"], answer=["4"]) == [1.0]  # a new batch is verified (stubbed here)
@@ -483,13 +518,19 @@ def test_repeated_call_on_the_same_batch_reuses_the_rewards(monkeypatch):
         ("The answer is no.", "No", True),
     ],
 )
-def test_unboxed_text_needs_an_answer_anchor(completion, gold, expected):
-    assert verify_answer(completion, gold) is expected
+def test_strict_mode_unboxed_text_needs_an_answer_anchor(completion, gold, expected):
+    assert verify_answer(completion, gold, mode="strict") is expected
+
+
+def test_default_mode_reads_unanchored_text_as_math_verify_does():
+    # Math-Verify extracts without an anchor: the last number of free text counts (the strict mode refuses it)
+    assert verify_answer("We have 3 apples and 0 pears, and then we keep counting", "0") is True
+    assert verify_answer("We have 3 apples and 0 pears, and then we keep counting", "0", mode="strict") is False
 
 
 def test_extract_answer_ignores_unanchored_words():
-    assert extract_answer("no idea") is None
-    assert extract_answer("The answer is 12.") == "12"
+    assert extract_answer("no idea", mode="strict") is None
+    assert extract_answer("The answer is 12.", mode="strict") == "12"
 
 
 @pytest.mark.parametrize(
@@ -502,5 +543,5 @@ def test_extract_answer_ignores_unanchored_words():
         ("Therefore, the value is 0. But wait, let me check the other case", "0", False),
     ],
 )
-def test_concluding_sentence_rule(completion, gold, expected):
-    assert verify_answer(completion, gold) is expected
+def test_strict_mode_concluding_sentence_rule(completion, gold, expected):
+    assert verify_answer(completion, gold, mode="strict") is expected

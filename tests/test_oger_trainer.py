@@ -261,3 +261,12 @@ def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_toke
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
     assert history["oger/offline_fraction"] == 0.0
     assert "oger/divergence_mean" not in history and "oger/last_token_entropy_mean" not in history
+
+
+def test_grader_mode_reaches_the_default_rewards(tmp_path, smollm2_tokenizer):
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path, grader_mode="boxed"),
+                          train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+    math_reward, oger = trainer.reward_funcs
+    assert math_reward.mode == "boxed" and oger.verifier is math_reward  # R_m and the gate of R_OGER agree
+    with pytest.raises(ValueError, match="grader_mode='lenient' is not a grader mode"):
+        _config(tmp_path, grader_mode="lenient")

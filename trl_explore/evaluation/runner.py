@@ -491,7 +491,7 @@ def check_gold_answers(dataset) -> None:
 
 
 def grade_generations(dataset, generations: Generations, plan: SamplingPlan, timeout_seconds: float = 5.0,
-                      require_boxed: bool = False) -> list[dict]:
+                      grader_mode: str = "math_verify") -> list[dict]:
     """Per-sample records of one benchmark: grade every completion.
 
     Args:
@@ -499,7 +499,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
         generations: their completions, ``[P][n]``.
         plan: the sampling plan used (its temperature is recorded).
         timeout_seconds: math-verify's limit per completion.
-        require_boxed: maths answers count only inside ``\\boxed{}`` (see
+        grader_mode: the grader mode of maths answers, as in training (see
             :func:`~trl_explore.evaluation.benchmarks.grade_completion`).
 
     Returns:
@@ -518,7 +518,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
         for s, text in enumerate(generations.texts[p]):
             extracted, correct = grade_completion(
                 text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds,
-                require_boxed=require_boxed,
+                grader_mode=grader_mode,
             )
             records.append(
                 {
@@ -612,7 +612,7 @@ def domain_averages(benchmarks: Mapping[str, Mapping[str, Any]]) -> dict:
 
 
 def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, steering=None,
-                     ks: Sequence[int] | None = None, require_boxed: bool = False) -> tuple[list[dict], dict]:
+                     ks: Sequence[int] | None = None, grader_mode: str = "math_verify") -> tuple[list[dict], dict]:
     """Generate, grade and summarise one benchmark.
 
     Args:
@@ -622,7 +622,7 @@ def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, s
         seed: sampling seed.
         steering: see :meth:`TransformersGenerator.generate`.
         ks: pass@k grid.
-        require_boxed: see :func:`grade_generations`.
+        grader_mode: see :func:`grade_generations`.
 
     Returns:
         ``(per-sample records, benchmark summary)``; the summary also holds ``generation_seconds``,
@@ -633,9 +633,9 @@ def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, s
     prompts = [build_messages(row, plan) for row in dataset]
     generations = generator.generate(prompts, plan, steering=steering, seed=seed, desc=name)
     start = time.perf_counter()
-    records = grade_generations(dataset, generations, plan, require_boxed=require_boxed)
+    records = grade_generations(dataset, generations, plan, grader_mode=grader_mode)
     summary = summarize_benchmark(records, ks)
-    summary["require_boxed"] = require_boxed
+    summary["grader_mode"] = grader_mode
     summary["generation_seconds"] = round(generations.seconds, 2)
     summary["grading_seconds"] = round(time.perf_counter() - start, 2)
     summary["plan"] = {k: v for k, v in asdict(plan).items() if k != "system_prompt"}
@@ -657,7 +657,7 @@ def evaluate(
     steering=None,
     show_progress: bool = True,
     llm_kwargs: Mapping[str, Any] | None = None,
-    require_boxed: bool = False,
+    grader_mode: str = "math_verify",
     **overrides,
 ) -> tuple[list[dict], dict]:
     """Evaluate a policy on several benchmarks under one protocol.
@@ -678,8 +678,7 @@ def evaluate(
         steering: ``(steerer, vectors, alpha)`` for inference-time steering (transformers only).
         show_progress: progress bars.
         llm_kwargs: extra ``vllm.LLM`` arguments.
-        require_boxed: maths answers count only inside ``\\boxed{}`` (default False: the training
-            reward's rule).
+        grader_mode: the grader mode of maths answers (default ``"math_verify"``, the training reward's).
         **overrides: sampling-plan overrides (``num_samples``, ``temperature``, ``top_p``, ``top_k``,
             ``max_new_tokens``); ``None`` values are ignored.
 
@@ -710,7 +709,7 @@ def evaluate(
     for name, dataset in datasets.items():
         plan = protocol.plan(name, **overrides)
         bench_records, per_benchmark[name] = evaluate_dataset(generator, dataset, plan, seed=seed, steering=steering,
-                                                              require_boxed=require_boxed)
+                                                              grader_mode=grader_mode)
         records.extend(bench_records)
         logger.info("%s: mean@%d = %.4f, pass@%d = %.4f", name, plan.num_samples, per_benchmark[name]["mean"],
                     plan.num_samples, per_benchmark[name]["pass_at_n"])

@@ -9,6 +9,7 @@ from trl import GRPOConfig
 
 from trl_explore.oger.embedding import LONG_TEXT_MODES
 from trl_explore.oger.replacement import REPLACEMENT_RULES
+from trl_explore.rewards.modes import MODES, check_grader_mode
 
 LAST_TOKEN_CHOICES = ("final_token", "before_eos")
 
@@ -61,6 +62,10 @@ class OGERConfig(GRPOConfig):
         offline_embeddings_column (`str`, defaults to `"offline_embeddings"`):
             Optional column with precomputed offline embeddings (`[M, d]` per row); when absent, offline
             texts are embedded on first use and cached.
+        grader_mode (`str`, defaults to `"math_verify"`):
+            How the verifiable reward `R_m` reads a completion's final answer (`trl_explore.rewards.grading`):
+            `"math_verify"` (Math-Verify's semantics plus guard-rails), `"trl"`, `"strict"` or `"boxed"`. Used by the
+            default reward functions; the offline builder and the evaluation take the same option.
         vllm_enforce_eager (`bool`, defaults to `False`):
             Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
             start (CPU, tests), slower to decode.
@@ -117,6 +122,12 @@ class OGERConfig(GRPOConfig):
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
+    grader_mode: str = field(
+        default="math_verify",
+        metadata={"help": "How R_m reads answers: 'math_verify' (Math-Verify's semantics + guard-rails, default), "
+                          "'trl' (as trl.rewards.accuracy_reward), 'strict' (anchored, precision first) or 'boxed'.",
+                  "choices": list(MODES)},
+    )
 
     # Paper defaults that differ from GRPOConfig's (App. B): entropy bonus 0.01.
     entropy_coef: float = field(
@@ -125,6 +136,7 @@ class OGERConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_grader_mode(self.grader_mode)
         if isinstance(self.num_replacements, bool) or not isinstance(self.num_replacements, int):
             raise TypeError(f"num_replacements must be an int, got {self.num_replacements!r}")
         if self.num_replacements < 0 or self.num_replacements >= self.num_generations:

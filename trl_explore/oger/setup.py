@@ -17,10 +17,11 @@ def prepare(args, reward_funcs, train_dataset) -> list:
         ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in the first 64 rows;
             fewer prompts than one generation batch.
     """
-    from trl_explore.rewards.math_verify_reward import math_reward
+    from trl_explore.rewards.math_verify_reward import MathVerifyReward
     from trl_explore.rewards.oger_reward import OGERRewardFunction
 
     if reward_funcs is None:
+        math_reward = MathVerifyReward(mode=args.grader_mode)
         reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)]
     reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
     is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]

@@ -6,9 +6,13 @@ Loaded on first access, so ``import trl_explore.rewards`` pulls in neither torch
 import importlib
 
 _LAZY = {
+    "GRADER_MODES": "trl_explore.rewards.grading",
+    "GUARDS": "trl_explore.rewards.grading",
     "GoldAnswerError": "trl_explore.rewards.math_verify_reward",
+    "GraderOptions": "trl_explore.rewards.grading",
     "MathVerifyReward": "trl_explore.rewards.math_verify_reward",
     "extract_answer": "trl_explore.rewards.math_verify_reward",
+    "grade_batch": "trl_explore.rewards.math_verify_reward",
     "math_reward": "trl_explore.rewards.math_verify_reward",
     "verify_answer": "trl_explore.rewards.math_verify_reward",
     "OGERRewardFunction": "trl_explore.rewards.oger_reward",
@@ -19,4 +23,5 @@ __all__ = sorted(_LAZY)
 def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'trl_explore.rewards' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
+    attribute = "MODES" if name == "GRADER_MODES" else name
+    return getattr(importlib.import_module(_LAZY[name]), attribute)

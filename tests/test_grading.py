@@ -1,0 +1,210 @@
+"""The grader's classes: Math-Verify's semantics by default, guard-rails that only remove false positives, recall
+rules that only add true positives, the modes, and the worker pool. Compared with Math-Verify and TRL themselves."""
+
+import math_verify
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trl_explore.rewards.grading import GUARDS, MODES, GraderOptions, collapsed_by_rounding, grade
+from trl_explore.rewards.math_verify_reward import MathVerifyReward, grade_batch
+
+DEFAULT = GraderOptions()
+
+
+def math_verify_verdict(gold, completion):
+    """Math-Verify called with its defaults: the reference."""
+    return bool(math_verify.verify(math_verify.parse(gold), math_verify.parse(completion)))
+
+
+# (gold, completion, expected, Math-Verify's own verdict, the class that explains a difference)
+CLASS_CASES = [
+    # guard "float_collapse": 6-decimal rounding equates tiny values
+    (r"$\frac{1}{2^{99}}$", r"\boxed{\frac{1}{2^{98}}}", False, True, "float_collapse"),
+    (r"$\frac{1}{2004!}$", r"\boxed{\frac{1}{2006!}}", False, True, "float_collapse"),
+    (r"$\frac{1}{3}$", r"\boxed{0.333333}", True, True, None),  # 6 significant digits still agree
+    (r"$\frac{1}{2^{99}}$", r"\boxed{2^{-99}}", True, True, None),  # equal values stay equal
+    # guard "interval_vs_set": an interval is not a set written \{...\}
+    (r"$\{1,2\}$", r"\boxed{(1,2)}", False, True, "interval_vs_set"),
+    (r"$(1,2)$", r"\boxed{\{1,2\}}", False, True, "interval_vs_set"),
+    # guard "chained_equality": the plain-text gold a=b=c is not the tuple (c, c)
+    ("a=b=c", r"\boxed{(c, c)}", False, False, None),
+    # guard "unclosed_box": a completion cut off inside its answer has no answer
+    ("42", r"so the answer is \boxed{42", False, False, None),
+    # recall: interval against inequality, both directions
+    ("$(1, 3]$", r"so the solution set is \boxed{1 < x \le 3}.", True, False, "recall"),
+    (r"$[\sqrt{2},+\infty)$", r"\boxed{m \geq \sqrt{2}}", True, False, "recall"),
+    (r"$x > 2$", r"\boxed{(2, \infty)}", True, True, None),  # Math-Verify relates these itself
+    ("$(1, 3]$", r"\boxed{1 < x < 3}", False, False, None),  # not the same set
+    # recall: \mathrm{e}
+    (r"$1 - \frac{1}{\mathrm{e}}$", r"\boxed{1 - \frac{1}{e}}", True, False, "recall"),
+    # recall: chained equalities
+    ("a=b=c", r"Equality holds if and only if \boxed{a=b=c}.", True, False, "plain-text gold"),
+    ("a=b=c", r"\boxed{c=a=b}", True, False, "recall"),
+    ("a=b=c", r"\boxed{a=b}", False, False, None),
+    # recall: \fbox
+    ("42", r"\fbox{42}", True, False, "recall"),
+    # Math-Verify's semantics kept: bold after an answer phrase, several boxes joined, unanchored numbers
+    ("73", "The final answer is **73**.", True, True, None),
+    ("(2, 2), (6, 2)", r"\boxed{(2, 2)} and \boxed{(6, 2)}", True, False, "plain-text gold"),
+    (r"$(2, 2), (6, 2)$", r"\boxed{(2, 2)} and \boxed{(6, 2)}", True, True, None),
+    (r"$\frac{10}{9}$", r"\frac{10}{9}", True, True, None),
+    (r"$28\%$", "28 percent", True, True, None),
+    (r"$(1,\frac{9}{2})$", "$(1,4.5)$", True, True, None),
+    # plain-text golds: this package's reading where Math-Verify reads only a part
+    ("2^(n-1)", r"\boxed{2}", False, True, "plain-text gold"),
+    ("x=6, y=5", r"\boxed{(6, 5)}", True, False, "plain-text gold"),
+    ("x=6, y=5", r"\boxed{(5, 6)}", False, False, None),
+]
+
+
+@pytest.mark.parametrize("gold, completion, expected, reference, why", CLASS_CASES)
+def test_grader_classes_against_math_verify(gold, completion, expected, reference, why):
+    assert math_verify_verdict(gold, completion) is reference
+    assert grade(completion, gold) is expected
+    if why is None:
+        assert expected is reference
+
+
+@pytest.mark.parametrize("guard", GUARDS)
+def test_each_guard_switches_off_alone(guard):
+    cases = [c for c in CLASS_CASES if c[4] == guard]
+    others = GraderOptions(guards=frozenset(GUARDS) - {guard})
+    for gold, completion, expected, reference, _ in cases:
+        assert grade(completion, gold) is False
+        assert grade(completion, gold, others) is reference  # Math-Verify's verdict comes back
+    if guard == "chained_equality":
+        assert grade(r"\boxed{(c, c)}", "a=b=c", others) is True  # version 0.1's reading of the gold
+    if guard == "unclosed_box":
+        # Math-Verify reads an answer inside a box that never closes
+        assert math_verify_verdict("$5$", r"\boxed{\frac{10}{2}") is True
+        assert grade(r"\boxed{\frac{10}{2}", "$5$") is False
+        assert grade(r"\boxed{\frac{10}{2}", "$5$", others) is True
+
+
+def test_recall_switches_off():
+    no_recall = GraderOptions(recall=False)
+    for gold, completion, expected, reference, why in CLASS_CASES:
+        if why == "recall":
+            assert grade(completion, gold, no_recall) is False
+
+
+def test_collapsed_by_rounding_on_hand_values():
+    import sympy
+
+    assert collapsed_by_rounding(sympy.Rational(1, 2**98), sympy.Rational(1, 2**99))
+    assert not collapsed_by_rounding(sympy.Rational(1, 3), sympy.Float("0.333333"))  # relative error 1e-6
+    assert not collapsed_by_rounding(sympy.Integer(28), sympy.Rational(28, 100))  # not close: not a rounding effect
+    assert not collapsed_by_rounding(sympy.Rational(1, 2**98), sympy.Rational(2, 2**99))  # equal
+
+
+# --------------------------------------------------------------------------------------------------
+# Differential test: generated (gold, completion) pairs; the default verdict equals Math-Verify's
+# --------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def answer_pairs(draw):
+    """A gold in one of Math-Verify's usual forms and a completion that states the same or another answer."""
+    kind = draw(st.sampled_from(["integer", "decimal", "fraction", "percent", "interval", "set", "tuple",
+                                 "equation", "matrix", "sqrt", "several_boxes"]))  # fmt: skip
+    a, b = draw(st.integers(-50, 50)), draw(st.integers(1, 30))
+    same = draw(st.booleans())
+    a2, b2 = (a, b) if same else (a + draw(st.sampled_from([1, -1, 7])), b)
+    render = {
+        "integer": lambda x, y: (f"{x}", f"{x}"),
+        "decimal": lambda x, y: (f"{x}.{y}", f"{x}.{y}"),
+        "fraction": lambda x, y: (rf"\frac{{{x}}}{{{y}}}", rf"\dfrac{{{x}}}{{{y}}}"),
+        "percent": lambda x, y: (rf"{abs(x)}\%", rf"{abs(x)}\%"),
+        "interval": lambda x, y: (f"({x}, {x + y}]", rf"\left({x}, {x + y}\right]"),
+        "set": lambda x, y: (rf"\{{{x}, {x + y}\}}", rf"\{{{x + y}, {x}\}}"),
+        "tuple": lambda x, y: (f"({x}, {y})", f"({x},{y})"),
+        "equation": lambda x, y: (f"x = {x}", f"x={x}"),
+        "matrix": lambda x, y: (rf"\begin{{pmatrix}} {x} & {y} \end{{pmatrix}}", rf"\begin{{pmatrix}}{x}&{y}\end{{pmatrix}}"),
+        "sqrt": lambda x, y: (rf"{y}\sqrt{{{abs(x) + 2}}}", rf"{y} \sqrt{{{abs(x) + 2}}}"),
+        "several_boxes": lambda x, y: (f"{x}, {x + y}", None),
+    }[kind]
+    gold_latex, _ = render(a, b)
+    _, predicted_latex = render(a2, b2)
+    gold = draw(st.sampled_from([f"${gold_latex}$", gold_latex if kind in ("integer", "decimal") else f"${gold_latex}$"]))
+    if kind == "several_boxes":
+        completion = rf"The solutions are \boxed{{{a2}}} and \boxed{{{a2 + b2}}}."
+    else:
+        wrapper = draw(st.sampled_from([
+            "{}", "$\\boxed{{{}}}$", "The final answer is ${}$.", "Work... so the answer is \\boxed{{{}}}. I hope it is correct.",
+            "Final Answer: $\\boxed{{{}}}$", "**Answer:** ${}$", "Thus \\[ {} \\]", "we find $y = 3$ and then \\boxed{{{}}}",
+        ]))  # fmt: skip
+        completion = wrapper.format(predicted_latex)
+    return gold, completion
+
+
+@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(answer_pairs())
+def test_default_verdicts_equal_math_verify_on_generated_pairs(pair):
+    gold, completion = pair
+    # none of the generated kinds falls in a guard or recall class, so the verdict is Math-Verify's
+    assert grade(completion, gold) is math_verify_verdict(gold, completion)
+
+
+# --------------------------------------------------------------------------------------------------
+# Modes
+# --------------------------------------------------------------------------------------------------
+
+TRL_CASES = [
+    (r"\frac{1}{3}", r"My answer is \boxed{\frac{1}{3}}"),
+    (r"\frac{1}{3}", r"My answer is \boxed{\frac{1}{2}}"),
+    ("42", "The answer is 42."),  # TRL reads LaTeX only: no plain number
+    ("42", "The final answer is $42$."),
+    ("42", "We find 42 apples"),
+    (r"$x^2$", r"so $x^2$ and then \boxed{x^2}"),
+    ("7", r"first \boxed{7} then the final answer is $8$"),  # boxed first
+    ("5", r"\boxed{5} and \boxed{6}"),
+]
+
+
+@pytest.mark.parametrize("gold, completion", TRL_CASES)
+def test_trl_mode_matches_trl_accuracy_reward(gold, completion):
+    from trl.rewards import accuracy_reward
+
+    expected = accuracy_reward([[{"role": "assistant", "content": completion}]], [gold])[0]
+    reward = MathVerifyReward(mode="trl")
+    assert reward(completions=[completion], answer=[gold]) == [expected]  # plain text accepted
+    assert reward(completions=[[{"role": "assistant", "content": completion}]], answer=[gold]) == [expected]
+
+
+def test_boxed_mode_reads_only_the_last_box():
+    boxed = GraderOptions(mode="boxed")
+    assert grade(r"\boxed{3} ... \boxed{42}", "42", boxed) is True
+    assert grade(r"\boxed{42} ... \boxed{3}", "42", boxed) is False
+    assert grade("The final answer is $42$.", "42", boxed) is False  # no box, no answer
+    assert grade(r"\boxed{42", "42", boxed) is False
+    assert grade(r"\boxed{2^(n-1)}", "2^(n-1)", boxed) is True  # ASCII maths in the box
+
+
+def test_modes_and_guards_are_validated():
+    assert MODES == ("math_verify", "trl", "strict", "boxed")
+    with pytest.raises(ValueError, match="mode=.lenient. is not a grader mode"):
+        GraderOptions(mode="lenient")
+    with pytest.raises(ValueError, match="unknown grader guards \\['nan'\\]"):
+        MathVerifyReward(guards=["nan"])
+    with pytest.raises(ValueError, match="num_workers"):
+        MathVerifyReward(num_workers=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Worker pool
+# --------------------------------------------------------------------------------------------------
+
+
+def test_two_workers_give_the_same_verdicts_as_one():
+    completions = [rf"\boxed{{{i % 7}}}" for i in range(40)] + [r"\boxed{9^{9^{9}}}"]
+    golds = [str(i % 5) for i in range(40)] + ["2"]
+    one = grade_batch(completions, golds, num_workers=1, timeout_seconds=2)
+    two = grade_batch(completions, golds, num_workers=2, timeout_seconds=2)
+    assert one == two == [i % 7 == i % 5 for i in range(40)] + [False]
+
+
+def test_batch_marks_unparseable_golds_none():
+    assert grade_batch([r"\boxed{1}", r"\boxed{1}"], ["1", "No integer solutions"]) == [True, None]
+    with pytest.raises(ValueError, match="2 completions for 1 gold answers"):
+        grade_batch(["a", "b"], ["1"])
