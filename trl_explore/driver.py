@@ -8,7 +8,9 @@ extension points of every component, in list order, at fixed places of a step:
 2. ``begin_generation``          start of ``_generate_and_score_completions``, with the batch's dataset rows.
 3. ``rollout_context``           context around TRL's sampler (``_generate_single_turn``): routing, steering,
                                  recorders. ``rollout_logprobs`` then may replace the behaviour log-probs.
-4. ``transform_rollout``         after ``_generate``: returns a new :class:`Rollout` (e.g. group replacement).
+4. ``transform_rollout``         after ``_generate``: returns a new :class:`Rollout` (e.g. group replacement). A
+                                 component may run a teacher-forced forward under ``behaviour_context`` (the other
+                                 components' steering: the distribution the rollouts were sampled from).
 5. ``scoring_forward_context`` / ``on_scoring_forward``
                                  TRL's no-grad scoring forward after generation (when TRL makes one).
 6. ``reward_fields``             per-completion columns added to the rows the reward functions receive.
