@@ -250,10 +250,10 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
         state["active"] = vecs / vecs.norm(dim=1, keepdim=True)
         bank.load_state_dict(state)
         assert trainer.bank.vectors is not None
-        _wrap_timer(trainer, "_ase_update_bank", "ase: _ase_update_bank")
+        _wrap_timer(trainer.ase, "_update_bank", "ase: _update_bank")
         _wrap_timer(trainer.bank, "update", "ase: bank.update")
-        _wrap_timer(trainer, "_ase_store_readouts", "ase: _ase_store_readouts")
-        _wrap_timer(trainer, "_plan_routes", "ase: _plan_routes")
+        _wrap_timer(trainer.ase, "_store_readouts", "ase: _store_readouts")
+        _wrap_timer(trainer.ase, "plan_routes", "ase: plan_routes")
         steering = trainer.steerer.steering
 
         def counted_steering(*args, **kwargs):  # proves the rollouts were steered (count per step, as "seconds")

@@ -81,7 +81,7 @@ def main():
     a = p.parse_args()
 
     from trl_explore.ase.steering import ActivationSteeringGenerator
-    from trl_explore.ase.trainer import _SampledTokenLogProbs
+    from trl_explore.ase.recording import SampledTokenLogProbs as _SampledTokenLogProbs
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -104,7 +104,7 @@ def print_completion_rows(folder: Path, max_chars: int = 60) -> None:
 
     table = pd.read_parquet(files[-1])
     table["completion"] = [str(c[-1]["content"] if len(c) else "")[:max_chars].replace("\n", " ") for c in table["completion"]]
-    columns = [c for c in ("step", "is_offline", "teacher", "divergence", "last_token_entropy", "math_reward",
+    columns = [c for c in ("step", "is_offline", "teacher", "route", "divergence", "last_token_entropy", "math_reward",
                            "oger_reward", "advantage", "completion") if c in table.columns]
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", max_chars):
         print(table[columns].to_string(index=False))

@@ -48,3 +48,22 @@ def make_tiny_causal_lm(tokenizer, arch: str = "llama", seed: int = 0, hidden_si
 @pytest.fixture
 def tiny_model(smollm2_tokenizer):
     return make_tiny_causal_lm(smollm2_tokenizer)
+
+
+def run_two_cpu_processes(script, *script_args, timeout: int = 900):
+    """Run ``script`` in 2 CPU processes (gloo) with torchrun; return the finished ``CompletedProcess``.
+
+    ``accelerate launch --cpu --num_processes 2`` starts ONE process unless MPI is set up; torchrun starts two, and
+    ``ACCELERATE_USE_CPU=true`` keeps them on the CPU.
+    """
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           str(script), *map(str, script_args)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

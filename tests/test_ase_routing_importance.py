@@ -171,3 +171,17 @@ def test_truncated_weights_bad_inputs():
     broken[1, 2] = float("inf")
     with pytest.raises(ValueError, match="logp_current contains NaN or inf"):
         truncated_importance_weights(broken, logp, mask)
+
+
+def test_routed_importance_weights_by_hand():
+    from trl_explore.ase.importance import routed_importance_weights
+
+    # row 0 clean, row 1 steered, row 2 offline (NaN behaviour log-probs, not steered); cap 2
+    current = torch.log(torch.tensor([[0.5, 0.5], [0.6, 0.3], [0.2, 0.2]]))
+    behaviour = torch.log(torch.tensor([[0.1, 0.1], [0.2, 0.6], [1.0, 1.0]]))
+    behaviour[2] = float("nan")
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0]])
+    weights, clipped = routed_importance_weights(current, behaviour, mask, torch.tensor([False, True, False]), cap=2.0)
+    # steered row: min(0.6 / 0.2, 2) = 2 (clipped), min(0.3 / 0.6, 2) = 0.5; every other row exactly 1
+    assert torch.allclose(weights, torch.tensor([[1.0, 1.0], [2.0, 0.5], [1.0, 1.0]]))
+    assert clipped.tolist() == [[False, False], [True, False], [False, False]]

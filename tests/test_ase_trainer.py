@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from conftest import make_tiny_causal_lm
+from conftest import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.ase.bank import SteeringVectorBank
 
@@ -83,7 +83,7 @@ def _instrument(trainer, monkeypatch):
     bank = trainer.bank
     update, activate, steering = bank.update, bank.activate, trainer.steerer.steering
     generate_and_score = trainer._generate_and_score_completions
-    weigh = trainer._weigh_advantages
+    weigh = trainer.ase.advantage_weights
 
     def spy_update(activations, problem_ids, rewards):
         rec["events"].append(("update", trainer.state.global_step))
@@ -121,19 +121,20 @@ def _instrument(trainer, monkeypatch):
         rec["generations"].append(entry)
         return output
 
-    def spy_weigh(batch, per_token_logps):
-        before = batch["advantages"].clone()
-        stats = weigh(batch, per_token_logps)
-        rec["weights"].append(
-            {"before": before, "after": batch["advantages"].clone(), "routes": batch["ase_route"].clone()}
-        )
-        return stats
+    def spy_weigh(inputs, forward, mode):
+        weights = weigh(inputs, forward, mode)
+        if weights is not None:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
+            before = inputs["advantages"].clone()
+            rec["weights"].append(
+                {"before": before, "after": before.unsqueeze(1) * weights, "routes": inputs["ase_route"].clone()}
+            )
+        return weights
 
     monkeypatch.setattr(bank, "update", spy_update)
     monkeypatch.setattr(bank, "activate", spy_activate)
     monkeypatch.setattr(trainer.steerer, "steering", spy_steering)
     monkeypatch.setattr(trainer, "_generate_and_score_completions", spy_generate_and_score)
-    monkeypatch.setattr(trainer, "_weigh_advantages", spy_weigh)
+    monkeypatch.setattr(trainer.ase, "advantage_weights", spy_weigh)
     trainer.add_callback(_Events(rec["events"]))
     return rec
 
@@ -399,7 +400,7 @@ import json, sys
 from pathlib import Path
 
 sys.path.insert(0, {tests_dir!r})
-from conftest import make_tiny_causal_lm
+from conftest import make_tiny_causal_lm, run_two_cpu_processes
 from test_ase_trainer import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 
@@ -435,22 +436,11 @@ bank = trainer.bank
 @pytest.mark.slow
 def test_two_processes_share_one_bank_and_balanced_routes(tmp_path):
     import json
-    import os
-    import socket
-    import subprocess
-    import sys
     from pathlib import Path
 
     script = tmp_path / "ase_two_process.py"
     script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
-    # `accelerate launch --cpu --num_processes 2` starts ONE process unless MPI is set up; torchrun starts two (gloo)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), str(tmp_path)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    result = run_two_cpu_processes(script, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["vectors"] is not None and ranks[0]["vectors"] == ranks[1]["vectors"]  # one bank, bit for bit

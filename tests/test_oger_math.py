@@ -130,3 +130,14 @@ def test_last_token_values():
     assert last_token_values(per_step, torch.tensor([3, 1])).tolist() == [3.0, 4.0]
     with pytest.raises(ValueError, match="rows \\[1\\]"):
         last_token_values(per_step, torch.tensor([1, 0]))
+
+
+def test_entropy_bonus_correction_by_hand():
+    from trl_explore.oger.policy_shaping import entropy_bonus_correction
+
+    entropies = torch.tensor([[1.0, 3.0], [2.0, 6.0]])
+    all_mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])  # tokens 1, 3, 2: mean 2
+    online_mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # tokens 1, 3: mean 2 -> no correction
+    assert entropy_bonus_correction(entropies, all_mask, online_mask).item() == pytest.approx(0.0)
+    online_mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]])  # token 3 only: 2 - 3 = -1
+    assert entropy_bonus_correction(entropies, all_mask, online_mask).item() == pytest.approx(-1.0)

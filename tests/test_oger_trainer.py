@@ -7,7 +7,7 @@ from datasets import Dataset
 
 from conftest import make_tiny_causal_lm
 from trl_explore import OGERConfig, OGERTrainer
-from trl_explore.oger import trainer as oger_trainer_module
+from trl_explore.oger import component as oger_trainer_module
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, entropy_from_logits
 
 TEACHER_A = "We add the numbers: 2 + 2 = 4. The answer is \\boxed{4}."

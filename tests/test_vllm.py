@@ -341,6 +341,46 @@ def test_oger_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer)
     gc.collect()
 
 
+def test_oger_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer):
+    """The composed trainer in colocate mode: vLLM samples under the routes, one row per group is replaced by a
+    teacher, H_last of every online row comes from a forward under the route's steering (vLLM gives no entropies)."""
+    from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
+    from trl_explore.defaults import default_embedder_path
+
+    args = OGERASEConfig(**_common(tmp_path, embedding_model=default_embedder_path(), num_vectors=1,
+                                   steering_alpha=4.0, pca_dim=4, kmeans_n_init=2))
+    trainer = OGERASETrainer(
+        tiny_path, reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)], args=args,
+        train_dataset=_math_dataset(offline=True), processing_class=smollm2_tokenizer,
+    )
+    state = trainer.bank.state_dict()
+    vectors = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(0))
+    state["active"] = vectors / vectors.norm()  # steered from the first step
+    trainer.bank.load_state_dict(state)
+    calls, forwards, batches = [], [], []
+    steering, original, score = (trainer.vllm_steerer.steering, trainer._forward_last_token_entropy,
+                                 trainer._generate_and_score_completions)
+    trainer.vllm_steerer.steering = lambda ids, vectors, alpha=None: calls.append(ids.clone()) or steering(ids, vectors, alpha)
+    trainer._forward_last_token_entropy = lambda *a, **k: forwards.append(1) or original(*a, **k)
+    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(calls) == 2 and len(forwards) == 2
+    assert sorted(calls[0].tolist()) == [0, 0, 1, 1]
+    for batch in batches:
+        offline, routes = batch["is_offline"].cpu(), batch["ase_route"].cpu()
+        assert offline.sum() == 1 and torch.all(routes[offline] == -1) and torch.all(routes[~offline] >= 0)
+        mask = batch["completion_mask"].bool()
+        ratio = batch["importance_sampling_ratio"].expand_as(mask)  # token_truncate: [B, T]
+        assert torch.all(ratio[offline][mask[offline]] == 1.0)  # no vLLM log-probs on the teacher row
+    history = _history(trainer)
+    for key in ("oger/last_token_entropy_mean", "oger/divergence_mean", "oger/offline_policy_loss",
+                "ase/is_weight_mean", "ase/route_1_accuracy"):
+        assert key in history, key
+    assert history["oger/offline_fraction"] == pytest.approx(0.25)
+    del trainer
+    gc.collect()
+
+
 # ---------------------------------------------------------------- server mode (vLLM's OpenAI server + the plugin)
 def _start_server(path, port, steering_layer):
     import subprocess

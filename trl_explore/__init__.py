@@ -30,6 +30,10 @@ _LAZY = {
     "OGERTrainer": "trl_explore.oger.trainer",
     "ASEConfig": "trl_explore.ase.config",
     "ASEGRPOTrainer": "trl_explore.ase.trainer",
+    "OGERASEConfig": "trl_explore.oger_ase",
+    "OGERASETrainer": "trl_explore.oger_ase",
+    "ExplorationTrainer": "trl_explore.driver",
+    "Component": "trl_explore.components",
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",
 }
@@ -55,8 +59,11 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only
     from trl_explore.ase.config import ASEConfig
     from trl_explore.ase.steering import ActivationSteeringGenerator
     from trl_explore.ase.trainer import ASEGRPOTrainer
+    from trl_explore.components import Component
     from trl_explore.data.builder import OfflineDatasetBuilder, build_offline_dataset
     from trl_explore.oger.config import OGERConfig
+    from trl_explore.driver import ExplorationTrainer
     from trl_explore.oger.trainer import OGERTrainer
+    from trl_explore.oger_ase import OGERASEConfig, OGERASETrainer
     from trl_explore.rewards.math_verify_reward import MathVerifyReward, extract_answer, math_reward, verify_answer
     from trl_explore.rewards.oger_reward import OGERRewardFunction

@@ -16,17 +16,21 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from trl_explore import OGERConfig, OGERTrainer  # noqa: E402
 from trl_explore.defaults import default_policy_path  # noqa: E402
-from trl_explore.oger import trainer as oger_trainer_module  # noqa: E402
+from trl_explore.oger import component as oger_trainer_module  # noqa: E402
+from trl_explore.oger import trainer as oger_trainer  # noqa: E402
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
 records = []
 
 
-class RecordingOGERTrainer(OGERTrainer):
-    def _offline_for_group(self, rows, group, need_embeddings=True):
-        records.append({"step": self.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
-        return super()._offline_for_group(rows, group, need_embeddings)
+class RecordingOGERComponent(oger_trainer_module.OGERComponent):
+    def offline_for_group(self, rows, group, need_embeddings=True):
+        records.append({"step": self.trainer.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
+        return super().offline_for_group(rows, group, need_embeddings)
+
+
+oger_trainer.OGERComponent = RecordingOGERComponent  # OGERTrainer builds its component from this name
 
 
 original = oger_trainer_module.select_replacements
@@ -44,7 +48,7 @@ args = OGERConfig(
     max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
     bf16=False, embedding_model="embedded", seed=0,
 )
-trainer = RecordingOGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_dataset=_dataset(), processing_class=tokenizer)
+trainer = OGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_dataset=_dataset(), processing_class=tokenizer)
 trainer.train()
 rank = trainer.accelerator.process_index
 (out / f"rank{rank}.json").write_text(json.dumps({"records": records, "log_history": trainer.state.log_history}))

@@ -38,18 +38,20 @@ from sklearn.decomposition import PCA
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
+from trl_explore.ase.controls import BANK_CONTROLS
+from trl_explore.similarity import EPS as _EPS
+from trl_explore.similarity import cosine_matrix
+
 CORRECT_THRESHOLD = 0.5
 """A rollout is *correct* (positive) when its reward is strictly greater than this value.
 
 ASE rewards are verifier outcomes in {0, 1}, so 0.5 splits them without ambiguity."""
 
-CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
-"""Names accepted by ``SteeringVectorBank(control=...)`` (SPEC §3.6, paper Table 4 and App. D.2)."""
+CONTROLS = BANK_CONTROLS
+"""Names accepted by ``SteeringVectorBank(control=...)`` (defined in ``trl_explore.ase.controls``)."""
 
 BANK_TENSORS_FILE = "steering_bank.safetensors"
 BANK_METADATA_FILE = "steering_bank.json"
-
-_EPS = 1e-12  # norms below this count as zero in cosine computations
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,16 +226,6 @@ def cluster_candidates(
     sums = torch.zeros(num_clusters, dim, dtype=torch.float32).index_add_(0, labels, differences)
     candidates = sums / counts.clamp(min=1).to(torch.float32)[:, None]
     return candidates, labels
-
-
-def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cosine similarities between the rows of ``a [m, d]`` and ``b [n, d]``; returns ``[m, n]``.
-
-    A zero row has cosine 0 with everything (no division by zero).
-    """
-    a_unit = a / a.norm(dim=1, keepdim=True).clamp(min=_EPS)
-    b_unit = b / b.norm(dim=1, keepdim=True).clamp(min=_EPS)
-    return a_unit @ b_unit.T
 
 
 def match_to_previous(previous: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -701,3 +693,12 @@ class SteeringVectorBank:
             f"active={self._active is not None}, pending={self._pending is not None}, "
             f"updates={self.num_updates}, skipped={self.num_skipped_updates})"
         )
+
+
+def bank_metrics(diagnostics: dict) -> dict[str, float]:
+    """The ``ase/*`` training metrics of one bank update's diagnostics (see ``SteeringVectorBank.update``)."""
+    names = {"temporal_alignment": "ase/temporal_alignment", "inter_cluster_alignment": "ase/inter_cluster_alignment",
+             "mean_vector_norm": "ase/vector_norm"}
+    out = {f"ase/cluster_share_{k.split('/')[1]}": v for k, v in diagnostics.items() if k.startswith("cluster_share/")}
+    out.update({names[k]: v for k, v in diagnostics.items() if k in names})
+    return out

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from trl_explore.ase.controls import BANK_CONTROLS
 from trl_explore.rewards.modes import MODES, check_grader_mode
-
-# Kept in sync with ``trl_explore.ase.bank.CONTROLS`` (not imported: the bank pulls in scikit-learn).
-BANK_CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")
 
 
 @dataclass

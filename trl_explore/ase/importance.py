@@ -69,3 +69,21 @@ def truncated_importance_weights(
         log_ratio = (current - behaviour).clamp(max=math.log(cap))
         weights = torch.exp(log_ratio).clamp(max=cap)
         return torch.where(mask, weights, torch.zeros_like(weights))
+
+
+def routed_importance_weights(
+    current: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, steered: torch.Tensor, cap: float = 2.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated IS weights of a batch whose rows are steered or not: ``(weights [B, T], clipped [B, T] bool)``.
+
+    Steered rows (``steered [B]`` True) get :func:`truncated_importance_weights`; every other row (the clean route,
+    OGER's offline rows, whose behaviour log-probs may be NaN) gets exactly 1. ``clipped`` marks the steered, unmasked
+    tokens whose ratio exceeded ``cap``. ``current`` / ``behaviour``: ``[B, T]`` log-probs of the trained
+    (unsteered) policy and of the sampler; ``mask``: ``[B, T]`` 0/1.
+    """
+    weights = torch.ones_like(current, dtype=torch.float32)
+    steered_mask = mask.bool() & steered[:, None]
+    if not bool(steered.any()):
+        return weights, torch.zeros_like(steered_mask)
+    weights[steered] = truncated_importance_weights(current[steered], behaviour[steered], mask[steered], cap=cap)
+    return weights, (current.float() - behaviour.float() > math.log(cap)) & steered_mask

@@ -10,6 +10,8 @@ rows, prompts one after another.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 import torch
@@ -152,3 +154,38 @@ def pairwise_answer_disagreement(
                 counted += 1
                 differing += group[i] != group[j]
     return differing / counted if counted else None
+
+
+def plan_routes(bank, args, num_rows: int, num_generations: int, world: int, rank: int, generator: torch.Generator):
+    """``(steering ids [B], table [R, d], logged routes [B])`` for one process's rollouts, or None (empty bank).
+
+    Routes are drawn for the global batch of ``num_rows * world`` rollouts and sliced for ``rank``, so a group split
+    across processes keeps its balanced split and every process draws the same numbers. The unstructured control
+    gives each rollout its own unit random vector (table row ``i``, logged route 1; App. D.2).
+
+    Raises:
+        ValueError: the global batch is not a whole number of groups.
+    """
+    total, local = num_rows * world, slice(rank * num_rows, (rank + 1) * num_rows)
+    if args.bank_control == "unstructured_random":
+        table = bank.random_rollout_vectors(total)[local]
+        return torch.arange(1, num_rows + 1), table, torch.ones(num_rows, dtype=torch.long)
+    if bank.vectors is None:
+        return None
+    if total % num_generations != 0:
+        raise ValueError(f"generation batch of {total} rows is not a whole number of groups of {num_generations}")
+    routes = balanced_uniform_routes(total // num_generations, num_generations, args.num_vectors, generator)[local]
+    return routes, bank.vectors, routes
+
+
+def problem_id(row: dict, column: str):
+    """A row's problem id: ``row[column]`` (``repr`` when unhashable), else a hash of its prompt (the same on every
+    process, unlike ``hash()``)."""
+    value = row.get(column)
+    if value is None:
+        return hashlib.sha1(json.dumps(row["prompt"], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    try:
+        hash(value)
+    except TypeError:
+        value = repr(value)
+    return value

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from trl_explore.similarity import cosine_matrix
+
 
 def cosine_similarity_matrix(online: torch.Tensor, offline: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """Pairwise cosine similarity ``s_ij = cos(E_on_i, E_off_j)`` (OGER Eq. 3).
@@ -27,11 +29,7 @@ def cosine_similarity_matrix(online: torch.Tensor, offline: torch.Tensor, eps: f
         raise ValueError(f"expected 2-D embeddings, got online {tuple(online.shape)} and offline {tuple(offline.shape)}")
     if online.size(1) != offline.size(1):
         raise ValueError(f"embedding sizes differ: online d={online.size(1)}, offline d={offline.size(1)}")
-    a = online.float()
-    b = offline.float().to(a.device)
-    a = a / a.norm(dim=1, keepdim=True).clamp_min(eps)
-    b = b / b.norm(dim=1, keepdim=True).clamp_min(eps)
-    return a @ b.T
+    return cosine_matrix(online.float(), offline, eps)
 
 
 def divergence(online: torch.Tensor, offline: torch.Tensor) -> torch.Tensor:

@@ -86,3 +86,15 @@ def aggregate_token_loss(
     if loss_type == "luspo":
         return masked.sum() / num_rows / accumulation_steps
     raise ValueError(f"unknown loss_type {loss_type!r}")
+
+
+def entropy_bonus_correction(entropies: torch.Tensor, all_mask: torch.Tensor, online_mask: torch.Tensor) -> torch.Tensor:
+    """Mean entropy over all tokens minus the mean over on-policy tokens (``[B, T]`` inputs, 0/1 masks; nats).
+
+    TRL's entropy bonus ``-coef * mean(H)`` averages over the tokens of its objective, which excludes the offline
+    rows; subtracting ``coef *`` this difference turns it into the mean over every token of the hybrid group.
+    Empty masks count as one token (no division by zero).
+    """
+    mean_all = (entropies * all_mask).sum() / all_mask.sum().clamp(min=1.0)
+    mean_online = (entropies * online_mask).sum() / online_mask.sum().clamp(min=1.0)
+    return mean_all - mean_online

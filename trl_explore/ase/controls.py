@@ -1,0 +1,7 @@
+"""The bank controls of ASE-GRPO (SPEC §3.6, paper Table 4 and App. D.2), in one place.
+
+A module of its own so that ``ASEConfig`` can check the option without importing the bank (which pulls in
+scikit-learn). ``"none"`` is the method itself.
+"""
+
+BANK_CONTROLS = ("none", "random_directions", "shuffled_labels", "reversed", "unstructured_random")

@@ -1,0 +1,159 @@
+"""What ASE-GRPO records around TRL's forwards: behaviour log-probs during HF ``generate`` and block-L readouts
+during TRL's policy forwards; and two construction-time helpers (steering-layer check, vLLM steering-table rows)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from trl_explore.ase.config import ASEConfig
+from trl_explore.ase.steering import readout_positions, unwrap_model
+from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
+
+
+class SampledTokenLogProbs:
+    """Records ``log softmax(logits / T)[sampled token]`` at every decoding step of one ``generate`` call.
+
+    A forward hook on the (unwrapped) model reads the logits of the last position after each forward pass;
+    the token sampled from them is the ``input_ids`` of the next pass (and, for the last pass, the last column
+    of the output). These are the behaviour log-probs of the sampler with the steering hook in place,
+    computed like TRL's own log-probs: temperature only, no top-k / top-p filtering (TRL's defaults use
+    none). Memory: one ``[B, V]`` float32 table at a time.
+    """
+
+    def __init__(self, model, temperature: float):
+        self.model = unwrap_model(model)
+        self.temperature = float(temperature)
+        self._logps: list[torch.Tensor] = []  # [B] per decoding step
+        self._tokens: list[torch.Tensor] = []  # [B] per decoding step
+        self._pending: torch.Tensor | None = None  # [B, V] log-probs of the last forward pass
+        self._handle = None
+
+    def __enter__(self):
+        self._handle = self.model.register_forward_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.remove()
+        return False
+
+    def _hook(self, module, args, kwargs, output):
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        if self._pending is not None:
+            if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
+                raise RuntimeError(
+                    "ASE behaviour log-probs: expected one new token per decoding step after the prefill; chunked "
+                    "prefill, assisted decoding and inputs_embeds are not supported"
+                )
+            self._record(input_ids[:, -1])
+        logits = output.logits if hasattr(output, "logits") else output[0]
+        last = logits[:, -1, :].float()
+        if self.temperature != 1.0:  # skipped at T = 1 (the default): one [B, V] pass less per decoding step
+            last = last / self.temperature
+        self._pending = torch.log_softmax(last, dim=-1)
+
+    def _record(self, tokens: torch.Tensor) -> None:
+        tokens = tokens.to(self._pending.device).long()
+        self._logps.append(self._pending.gather(1, tokens[:, None]).squeeze(1))
+        self._tokens.append(tokens)
+        self._pending = None
+
+    def per_completion(self, completion_ids: list[list[int]]) -> list[list[float]]:
+        """The recorded log-probs of each completion (``completion_ids`` as TRL cut them at the first EOS)."""
+        if self._pending is None:
+            raise RuntimeError("ASE behaviour log-probs: the model's forward hook never ran during generation")
+        num_steps = len(self._logps) + 1
+        last = [ids[num_steps - 1] if len(ids) >= num_steps else 0 for ids in completion_ids]
+        self._record(torch.tensor(last))
+        logps = torch.stack(self._logps, dim=1).cpu()  # [B, steps]
+        tokens = torch.stack(self._tokens, dim=1).cpu()
+        out = []
+        for i, ids in enumerate(completion_ids):
+            if len(ids) > num_steps or tokens[i, : len(ids)].tolist() != list(ids):
+                raise RuntimeError(
+                    f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion"
+                )
+            out.append(logps[i, : len(ids)].tolist())
+        return out
+
+
+class BlockReadouts:
+    """Context that captures the output of ``block`` at each row's readout position during TRL's forward pass(es).
+
+    The readout position of a row is ``floor(fraction * len(completion))`` (SPEC §3.3); TRL may chunk the batch,
+    so each forward adds one ``[rows, d]`` float32 CPU tensor. :meth:`readouts` gives them all, ``[B, d]``.
+    """
+
+    def __init__(self, block, input_ids, attention_mask, logits_to_keep: int, fraction: float, hidden_size: int):
+        prompt_len = input_ids.shape[1] - logits_to_keep
+        self._positions = prompt_len + readout_positions(attention_mask[:, prompt_len:], fraction)
+        self._block, self._hidden_size = block, hidden_size
+        self._parts: list[torch.Tensor] = []
+        self._handle = None
+
+    def _hook(self, module, args, output):
+        hidden = block_hidden_states(output)
+        start = sum(len(part) for part in self._parts)
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        pos = self._positions[start : start + hidden.shape[0]].to(hidden.device)
+        self._parts.append(hidden[rows, pos].detach().float().cpu())
+
+    def __enter__(self):
+        self._handle = self._block.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.remove()
+        return False
+
+    def readouts(self) -> torch.Tensor:
+        return torch.cat(self._parts) if self._parts else torch.zeros(0, self._hidden_size)
+
+
+def check_steering_layer(model, layer: int) -> None:
+    """Raise ``ValueError`` if ``layer`` is not a decoder block of ``model`` (a path / Hub id or a model)."""
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    else:
+        config = unwrap_model(model).config
+    num_layers = getattr(config.get_text_config(), "num_hidden_layers", None)
+    if num_layers is not None:
+        check_layer_index(layer, num_layers)
+
+
+def max_routes(args: ASEConfig) -> int:
+    """Rows of the vLLM steering table: the clean route plus the most vectors one generate call can use (K, or one
+    per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``)."""
+    rows = args.per_device_train_batch_size * args.steps_per_generation * max(1, args.vllm_tensor_parallel_size)
+    return 1 + (rows if args.bank_control == "unstructured_random" else args.num_vectors)
+
+
+@dataclasses.dataclass(frozen=True)
+class ASERollout:
+    """Routes of one generation call: steering ids / table given to the steerer, logged routes [B] (0 = clean,
+    -1 = offline row), steered readout offsets ``alpha * v`` [B, d] (None: unsteered)."""
+
+    steering_ids: torch.Tensor | None
+    table: torch.Tensor | None
+    routes: torch.Tensor
+    offsets: torch.Tensor | None
+
+
+class BankStep:
+    """The readouts of one training generation, filled micro-batch by micro-batch until the bank update runs."""
+
+    def __init__(self, problem_ids, correct, offsets, valid, hidden_size):
+        self.problem_ids, self.correct, self.offsets, self.valid = problem_ids, correct, offsets, valid
+        self.readouts = torch.zeros(len(valid), hidden_size)
+        self.filled = torch.zeros(len(valid), dtype=torch.bool)
+        self.updated = False
+
+    def store(self, rows: torch.Tensor, readouts: torch.Tensor) -> bool:
+        """Store ``readouts`` of ``rows``; True when every row of the generation has been read."""
+        if readouts.shape[0] != rows.numel():
+            raise RuntimeError(f"ASE: captured {readouts.shape[0]} readouts for {rows.numel()} rows")
+        self.readouts[rows], self.filled[rows] = readouts, True
+        return bool(self.filled.all())

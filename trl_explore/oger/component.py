@@ -1,0 +1,249 @@
+"""OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
+
+Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths: ``exploration``
+(Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``OGERRewardFunction``
+(Eq. 7-8). Extension points: ``rollout_context`` (entropy of the sampling distribution, steered or not, at each
+decoding step), ``transform_rollout`` (H_last and divergence of every online row; the ``k`` least divergent rows of
+each group replaced by teacher trajectories), ``on_scoring_forward`` (H_last from TRL's scoring forward with vLLM),
+``reward_fields`` / ``batch_fields`` (per-completion values, ``is_offline``), ``loss_inputs`` / ``extra_loss``
+(offline rows leave TRL's objective and are trained by policy shaping).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from trl_explore.distributed import load_auxiliary_model
+from trl_explore.components import Component, Rollout
+from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.oger.embedding import TrajectoryEncoder
+from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
+from trl_explore.oger.exploration import divergence
+from trl_explore.oger.offline import group_offline, teacher_completion
+from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
+from trl_explore.oger.replacement import sample_offline_indices, select_replacements
+from trl_explore.rewards.math_verify_reward import completion_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class OGERGeneration:
+    """OGER's per-completion values of one generation call (tuples of length B; None on offline rows)."""
+
+    mode: str
+    is_offline: tuple
+    teacher: tuple
+    divergence: tuple
+    entropy: tuple
+    num_truncated: int
+    need_divergence: bool
+    pending_entropy: torch.Tensor | None = None  # [B] last positions, when H_last comes from TRL's scoring forward
+
+
+class OGERComponent(Component):
+    """OGER's part (module docstring). ``encoder``: a ``TrajectoryEncoder`` (default: from ``args.embedding_model``)."""
+
+    def __init__(self, encoder: TrajectoryEncoder | None = None):
+        self.encoder = encoder
+        self.generation: OGERGeneration | None = None
+        self._recorder: LastTokenEntropyRecorder | None = None
+        self._warned_truncation = False
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        args = trainer.args
+        if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
+            trainer.epsilon_low = trainer.epsilon_high = float("inf")
+        if self.encoder is None:
+            self.encoder = TrajectoryEncoder(args.embedding_model, device=trainer.accelerator.device,
+                                             batch_size=args.embedding_batch_size, long_text_mode=args.embedding_long_text_mode)
+        # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
+        # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
+        load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")
+
+    def _needs(self, mode: str) -> tuple[int, bool, bool]:
+        """``(replacements per group, divergence needed, H_last needed)``. The divergence feeds the reward (also
+        logged with weight 0 in "w/o Reward") and the lowest-divergence replacement; H_last refines the reward.
+        With neither, nothing is computed and OGER costs what GRPO costs."""
+        args = self.trainer.args
+        num_replace = args.num_replacements if mode == "train" else 0
+        need_div = args.use_exploration_reward or (num_replace > 0 and args.replacement_rule == "lowest_divergence")
+        return num_replace, need_div, need_div and args.entropy_refinement
+
+    def begin_generation(self, rows, mode):
+        self.generation, self._recorder = None, None
+
+    def rollout_context(self, num_rows, num_generations, mode):
+        t = self.trainer
+        hf_generate = not (t.use_vllm or t.use_transformers_continuous_batching or t.rollout_func or t.tools)
+        if not (hf_generate and self._needs(mode)[2]):
+            return None
+        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature)
+        return self._recorder
+
+    def offline_for_group(self, rows, group, need_embeddings: bool = True):
+        """The group's teacher texts, names and ``[M, d]`` embeddings (see ``offline.group_offline``)."""
+        t = self.trainer
+        return group_offline(rows, group, t.args, self.encoder if need_embeddings else None, t.model.training)
+
+    def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor, mode: str):
+        """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
+        of its own under the other components' behaviour context (the route's distribution)."""
+        t = self.trainer
+        if self._recorder is not None:
+            return self._recorder.last_token_entropy(last_pos), False
+        steered = any(c.behaviour_context(mode) is not None for c in t.components if c is not self)
+        if mode == "train" and trl_scores_after_generation(t) and not steered:
+            return torch.zeros(len(last_pos)), True  # filled from TRL's scoring forward, before the rewards
+        with t.behaviour_context(mode):
+            entropies = t._forward_last_token_entropy(rollout.prompt_ids, rollout.completion_ids)
+        return last_token_values(entropies, last_pos), False
+
+    def transform_rollout(self, rollout, rows, mode):
+        t, args = self.trainer, self.trainer.args
+        num_replace, need_div, need_entropy = self._needs(mode)
+        group_size = t.num_generations if mode == "train" else t.num_generations_eval
+        completion_ids, completions = list(rollout.completion_ids), list(rollout.completions)
+        logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
+        tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
+        num_rows = len(completion_ids)
+        if num_rows % group_size != 0:
+            raise ValueError(f"this process got {num_rows} completions, not a whole number of groups of {group_size}")
+
+        # H_last (Eq. 6) of every online completion, at the distribution that produced its last token
+        last_pos = torch.tensor([len(c) for c in completion_ids])
+        if args.last_token == "before_eos":
+            last_pos = last_pos - torch.tensor([len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]).long()
+        last_pos = last_pos.clamp(min=1)
+        entropy, deferred = self._last_token_entropy(rollout, last_pos, mode) if need_entropy else (None, False)
+
+        # Divergence (Eq. 1-5) of every online row, then hybrid replacement (§3.2), group by group
+        online_emb = self.encoder.encode([completion_text(c) for c in completions]) if need_div else None
+        rng = t.step_generator(t.accelerator.process_index)
+        is_offline, teacher = [False] * num_rows, [None] * num_rows
+        div_values = [0.0] * num_rows
+        entropy_values = entropy.tolist() if entropy is not None else [None] * num_rows
+        num_truncated = 0
+        for start in range(0, num_rows, group_size):
+            offline_texts, teachers, offline_emb = self.offline_for_group(rows, range(start, start + group_size), need_div)
+            if not offline_texts:
+                continue  # no teacher for this prompt: all N online completions are kept
+            d = divergence(online_emb[start : start + group_size], offline_emb) if need_div else torch.zeros(group_size)
+            if need_div:
+                div_values[start : start + group_size] = d.tolist()
+            chosen = select_replacements(d, num_replace, args.replacement_rule, rng)
+            for local, j in zip(chosen.tolist(), sample_offline_indices(len(offline_texts), len(chosen), rng)):
+                i = start + local
+                completion_ids[i], completions[i], cut = teacher_completion(
+                    offline_texts[j], t._tokenizer, t.processing_class, t.max_completion_length,
+                    isinstance(completions[i], list))
+                ids, num_truncated = completion_ids[i], num_truncated + cut
+                if logprobs is not None:  # no behaviour log-probs: TRL reads NaN as "no IS correction"
+                    logprobs[i] = [None] * len(ids)
+                if tool_mask is not None:
+                    tool_mask[i] = [1] * len(ids)
+                is_offline[i], teacher[i], div_values[i], entropy_values[i] = True, teachers[j], None, None
+
+        self.generation = OGERGeneration(mode, tuple(is_offline), tuple(teacher), tuple(div_values),
+                                         tuple(entropy_values), num_truncated, need_div, last_pos if deferred else None)
+        if not deferred:
+            self._log_generation_metrics()
+        extra_fields = {**rollout.extra_fields, "is_offline": list(is_offline)}  # read by later components
+        return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
+                                   tool_mask=tool_mask, extra_fields=extra_fields)
+
+    def observes_scoring_forward(self, mode=None):
+        return self.generation is not None and self.generation.pending_entropy is not None
+
+    needs_scoring_entropy = observes_scoring_forward
+
+    def on_scoring_forward(self, forward):
+        gen = self.generation
+        if gen is None or gen.pending_entropy is None:
+            return
+        entropy = list(gen.entropy)  # offline rows keep None; the online ones are read from TRL's forward
+        online = torch.tensor([i for i, off in enumerate(gen.is_offline) if not off], dtype=torch.long)
+        if online.numel():
+            values = last_token_values(forward.entropies.detach().float().cpu()[online], gen.pending_entropy[online])
+            for i, value in zip(online.tolist(), values.tolist()):
+                entropy[i] = value
+        entropy = tuple(entropy)
+        self.generation = dataclasses.replace(gen, entropy=entropy, pending_entropy=None)
+        self._log_generation_metrics()
+
+    def reward_fields(self, mode):
+        gen = self.generation
+        return {"is_offline": list(gen.is_offline), "teacher": list(gen.teacher),
+                "oger_divergence": list(gen.divergence), "last_token_entropy": list(gen.entropy)}
+
+    def batch_fields(self, output, rows, mode):
+        return {"is_offline": torch.tensor(self.generation.is_offline, device=self.trainer.accelerator.device)}
+
+    def _log_generation_metrics(self) -> None:
+        gen, t = self.generation, self.trainer
+        online = [i for i, off in enumerate(gen.is_offline) if not off]
+        has_entropy = bool(online) and gen.entropy[online[0]] is not None  # the same on every process
+        stats = torch.tensor([sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy
+                              else 0.0, len(online), sum(gen.is_offline), len(gen.is_offline), gen.num_truncated],
+                             dtype=torch.float64, device=t.accelerator.device)
+        div_sum, ent_sum, n_online, n_offline, n_all, n_cut = t.accelerator.reduce(stats, reduction="sum").tolist()
+        metrics = t._metrics[gen.mode]
+        if gen.need_divergence:
+            metrics["oger/divergence_mean"].append(div_sum / max(n_online, 1.0))
+        if has_entropy:
+            metrics["oger/last_token_entropy_mean"].append(ent_sum / max(n_online, 1.0))
+        metrics["oger/offline_fraction"].append(n_offline / max(n_all, 1.0))
+        # teacher trajectories longer than max_completion_length lose their ending (and usually their answer)
+        metrics["oger/offline_truncated_fraction"].append(n_cut / max(n_offline, 1.0))
+        if n_cut and not self._warned_truncation:
+            self._warned_truncation = True
+            logger.warning("%d offline trajectories were truncated to max_completion_length=%d tokens: filter the offline "
+                           "set to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
+                           int(n_cut), t.max_completion_length)
+
+    # ---------------------------------------------------------------- loss
+    def uses_loss_forward(self, inputs, mode):
+        return "is_offline" in inputs  # every process takes this path: the collectives below stay in step
+
+    def loss_inputs(self, batch, mode):
+        # TRL's objective sees the offline rows masked out through `tool_mask` (masks the loss, not attention)
+        base = batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
+        return {**batch, "tool_mask": base * (~batch["is_offline"]).unsqueeze(1).to(base.dtype)}
+
+    def extra_loss(self, loss, inputs, batch, forward, mode):
+        """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation."""
+        t = self.trainer
+        completion_mask = inputs["completion_mask"]
+        accumulation = t.current_gradient_accumulation_steps if mode == "train" else 1.0
+        all_mask = (completion_mask * inputs.get("tool_mask", torch.ones_like(completion_mask))).float()
+        online_mask = batch["tool_mask"].float() * completion_mask
+        offline_mask = all_mask - online_mask
+        n_online, n_all = online_mask.sum(), all_mask.sum()
+        if t.loss_type == "bnpo":  # TRL divided by the on-policy token count; renormalise over all tokens
+            loss = loss * n_online.clamp(min=1.0) / n_all.clamp(min=1.0)
+            token_normalizer = n_all
+        elif t.loss_type in ("dapo", "cispo", "vespo"):
+            token_normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / t.accelerator.num_processes
+            if mode == "train":
+                token_normalizer = token_normalizer * t.current_gradient_accumulation_steps / t.args.steps_per_generation
+        else:
+            token_normalizer = n_all
+        shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], t.args.policy_shaping_gamma)
+        offline_loss = aggregate_token_loss(shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
+                                            max_completion_length=t.max_completion_length,
+                                            token_normalizer=token_normalizer, accumulation_steps=accumulation)
+        loss = loss + offline_loss
+        if t._entropy_bonus_enabled and t.top_entropy_quantile >= 1.0:  # TRL's bonus covered on-policy tokens only
+            coef = 0.0 if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target else t.entropy_coef
+            loss = loss - coef * entropy_bonus_correction(forward.entropies, all_mask, online_mask) / accumulation
+        with torch.no_grad():
+            probs = forward.logps.exp()
+            stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(), offline_loss.detach() * accumulation])
+            stats = t.accelerator.reduce(stats, reduction="sum")
+        t._metrics[mode]["oger/offline_token_prob_mean"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+        t._metrics[mode]["oger/offline_policy_loss"].append((stats[2] / t.accelerator.num_processes).item())
+        return loss

@@ -1,0 +1,118 @@
+"""Validation of the offline (teacher) fields of OGER's training rows, and their embeddings."""
+
+from __future__ import annotations
+
+import torch
+
+from trl_explore.oger.config import OGERConfig
+from trl_explore.oger.replacement import offline_completion_ids
+
+
+def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset row"):
+    """Validate one dataset row's offline fields; return ``(texts, teachers, stored_embeddings)``.
+
+    Args:
+        row: a dataset row with ``args.offline_completions_column`` (list of str, possibly empty), and
+            optionally ``args.offline_teachers_column`` (list of str, same length) and
+            ``args.offline_embeddings_column`` (``[M][d]`` floats).
+        args: the trainer's :class:`OGERConfig` (column names).
+        row_name: how errors name the row (e.g. ``"training row 3"``).
+
+    Returns:
+        ``texts`` (list of str), ``teachers`` (list of str; ``"offline"`` when the column is absent) and the
+        stored embeddings or None.
+
+    Raises:
+        ValueError: a column is missing, is not a list, holds a non-string, or the lengths differ.
+    """
+    col, teachers_col = args.offline_completions_column, args.offline_teachers_column
+    if col not in row:
+        raise ValueError(
+            f"{row_name} has no column {col!r} (the prompt's offline trajectories); columns: {sorted(row)}. "
+            f"Set OGERConfig.offline_completions_column or build the dataset with trl_explore.data"
+        )
+    texts = row[col] if row[col] is not None else []
+    if not isinstance(texts, (list, tuple)):
+        raise ValueError(f"{row_name}: {col!r} must be a list of strings, got {type(texts).__name__}")
+    for j, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {type(text).__name__}, expected str")
+    teachers = row.get(teachers_col)
+    teachers = ["offline"] * len(texts) if teachers is None else teachers
+    if not isinstance(teachers, (list, tuple)) or len(teachers) != len(texts):
+        raise ValueError(
+            f"{row_name} has {len(texts)} offline trajectories but {teachers_col!r} is {teachers!r:.80}: "
+            f"expected a list of {len(texts)} teacher names"
+        )
+    return list(texts), [str(t) for t in teachers], row.get(args.offline_embeddings_column)
+
+
+def check_prompt(row: dict, row_name: str) -> None:
+    prompt = row.get("prompt")
+    is_messages = isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt)
+    if not ((isinstance(prompt, str) and prompt) or is_messages):
+        raise ValueError(
+            f"{row_name}: 'prompt' must be a non-empty string or a list of {{'role', 'content'}} messages, "
+            f"got {prompt!r:.80}"
+        )
+
+
+def offline_embeddings(texts: list[str], stored, encoder, args: OGERConfig) -> torch.Tensor:
+    """``[M, d]`` embeddings of one prompt's teacher trajectories: the stored ones (checked) or the encoder's (cached).
+
+    Raises:
+        ValueError: the stored embeddings have the wrong shape for ``texts`` and ``encoder``, or are not finite.
+    """
+    if stored is None:
+        return encoder.encode_cached(texts)
+    emb = torch.as_tensor(stored, dtype=torch.float32)
+    if emb.dim() != 2 or emb.size(0) != len(texts) or emb.size(1) != encoder.dim:
+        raise ValueError(
+            f"column {args.offline_embeddings_column!r} holds embeddings of shape {tuple(emb.shape)} "
+            f"for {len(texts)} trajectories; the embedding model {encoder.model_name_or_path!r} gives "
+            f"{encoder.dim}-d ones: expected ({len(texts)}, {encoder.dim})"
+        )
+    if not torch.isfinite(emb).all():
+        raise ValueError(f"column {args.offline_embeddings_column!r} holds NaN or infinite values")
+    return emb
+
+
+def group_offline(rows, group, args: OGERConfig, encoder=None, training: bool = True):
+    """One group's teacher trajectories, teacher names and ``[M, d]`` embeddings (None when ``encoder`` is None).
+
+    Args:
+        rows: the process's batch rows; group: the indices of one group (``num_generations`` consecutive rows).
+        encoder: a ``TrajectoryEncoder``, or None when no embedding is needed.
+        training: in evaluation a set without the offline column gives no teachers (divergence 0, no replacement).
+
+    Raises:
+        ValueError: the group's rows hold different prompts, or a training row lacks the offline column.
+    """
+    first = rows[group[0]]
+    for i in group:
+        if rows[i].get("prompt") != first.get("prompt"):
+            raise ValueError(
+                f"rows {group[0]} and {i} of this process's batch belong to different prompts: OGER needs each "
+                f"group of num_generations consecutive rows to hold one prompt"
+            )
+    if args.offline_completions_column not in first and not training:
+        return [], [], None
+    texts, teachers, stored = offline_trajectories(first, args)
+    if not texts or encoder is None:
+        return texts, teachers, None
+    return texts, teachers, offline_embeddings(texts, stored, encoder, args)
+
+
+def teacher_completion(text: str, tokenizer, processing_class, max_completion_length: int, conversational: bool):
+    """A teacher trajectory as a completion: ``(token ids, completion, truncated)``.
+
+    The ids are the policy ``tokenizer``'s (no special tokens), cut to ``max_completion_length`` and ended with EOS
+    (``replacement.offline_completion_ids``); the completion is their decoded text, as an assistant message when
+    ``conversational``; ``truncated`` is 1 when the teacher text lost tokens (and usually its answer), else 0.
+    """
+    eos_id = tokenizer.eos_token_id
+    tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = offline_completion_ids(tokens, max_completion_length, eos_id)
+    truncated = int(len(tokens) - (tokens[-1:] == [eos_id]) > max_completion_length - 1)
+    decoded = processing_class.decode(ids, skip_special_tokens=True)
+    return ids, ([{"role": "assistant", "content": decoded}] if conversational else decoded), truncated

@@ -1,0 +1,108 @@
+"""Everything of TRL's ``GRPOTrainer`` that ``trl_explore`` relies on beyond its public API, in one place.
+
+The driver (:mod:`trl_explore.driver`) overrides the private methods in :data:`OVERRIDDEN_METHODS`; the components
+(:mod:`trl_explore.oger.component`, :mod:`trl_explore.ase.component`) and the presets read or set the attributes in
+:data:`ATTRIBUTES`. :data:`SOURCE_FACTS` are lines of TRL's source whose behaviour the driver depends on (where TRL
+reads a batch key, what a method returns). ``tests/test_trl_contract.py`` checks all three against the installed TRL,
+so a TRL upgrade that changes any of them fails there, not silently during training. Checked on trl 1.16.0.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+TRL_VERSION = "1.16"
+"""The TRL minor version this contract was written against (``pyproject.toml`` pins ``trl>=1.16,<1.17``)."""
+
+OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
+    # method of GRPOTrainer (or Trainer) -> its parameter names, ``self`` excluded
+    "_generate_and_score_completions": ("inputs",),
+    "_generate": ("prompts",),
+    "_generate_single_turn": ("prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
+    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+    "_get_per_token_logps_and_entropies": (
+        "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy", "compute_aux_loss",
+        "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+        "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+    ),
+    "_compute_loss": ("model", "inputs"),
+    "_load_optimizer_and_scheduler": ("checkpoint",),
+    "save_model": ("output_dir", "_internal_call"),
+}
+
+CALLED_METHODS: dict[str, tuple[str, ...]] = {
+    "_log_completion_extra": ("column", "values"),
+}
+
+LOSS_FORWARD_KEYS = (
+    "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+    "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+)
+"""Batch keys TRL's ``_compute_loss`` passes to its policy forward besides the ids and masks; the driver makes that
+forward itself with the same keys and replays it to TRL."""
+
+ATTRIBUTES: tuple[str, ...] = (
+    # set by GRPOTrainer.__init__ (or Trainer), read by the driver, components or presets
+    "_metrics", "_tokenizer", "_step", "accelerator", "args", "state", "model", "processing_class",
+    "num_generations", "num_generations_eval", "temperature", "max_completion_length", "eos_token_ids",
+    "use_vllm", "use_transformers_continuous_batching", "rollout_func", "tools", "vllm_importance_sampling_correction",
+    "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",
+    "top_entropy_quantile", "_entropy_bonus_enabled", "aux_loss_enabled", "current_gradient_accumulation_steps",
+    "reward_weights", "reward_funcs",
+)
+"""``vllm_generation`` (set only with ``use_vllm``) and ``_last_world_entropy`` (set only with an adaptive entropy
+bonus) are read too; the test checks them in TRL's source."""
+
+SOURCE_FACTS: dict[str, tuple[str, ...]] = {
+    # The driver's batch copy: TRL takes the advantages (possibly [B, T]) from the batch it is given.
+    "_compute_loss": (
+        'advantages = inputs["advantages"]',
+        "if advantages.dim() == 1:",
+        "self._get_per_token_logps_and_entropies(",
+        # TRL's own importance-sampling path (vLLM only): ASE's TIS weight with vLLM
+        'per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]',
+        # OGER masks offline rows out of TRL's objective through tool_mask
+        'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]',
+        "self._last_world_entropy",
+    ),
+    "_generate": (
+        "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images",
+        "self._generate_single_turn(",
+    ),
+    "_generate_single_turn": ("return completion_ids, logprobs",),
+    "_generate_and_score_completions": (
+        "= self._generate(prompts)",
+        "rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
+        # NaN behaviour log-probs (OGER's replaced rows) give no importance-sampling correction
+        'float("nan") if x is None else x',
+        'output["sampling_per_token_logps"] = sampling_per_token_logps',
+        "generate_every = self.args.steps_per_generation * self.num_iterations",
+    ),
+    "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",),
+    # every training / evaluation loss goes through the driver's `_compute_loss`
+    "compute_loss": ("return self._compute_loss(model, inputs)",),
+    "__init__": ("self.vllm_generation = ",),
+}
+
+
+def check(trainer_cls=None) -> list[str]:
+    """Compare the contract with the installed ``GRPOTrainer``; return one message per mismatch (empty when it holds).
+
+    Args:
+        trainer_cls: the class to check (default: ``trl.GRPOTrainer``).
+    """
+    if trainer_cls is None:
+        from trl import GRPOTrainer as trainer_cls
+    problems = []
+    for name, expected in {**OVERRIDDEN_METHODS, **CALLED_METHODS}.items():
+        method = getattr(trainer_cls, name, None)
+        if method is None:
+            problems.append(f"GRPOTrainer.{name} no longer exists")
+            continue
+        params = tuple(p for p in inspect.signature(method).parameters if p != "self")
+        if params != expected:
+            problems.append(f"GRPOTrainer.{name} takes {params}, the contract expects {expected}")
+    for name, lines in SOURCE_FACTS.items():
+        source = inspect.getsource(getattr(trainer_cls, name))
+        problems += [f"GRPOTrainer.{name} no longer contains {line!r}" for line in lines if line not in source]
+    return problems
