@@ -37,9 +37,9 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_explore.distributed import check_launch
 from trl_explore.components import Forward, Rollout
 from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.distributed import check_launch
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 
 

@@ -16,9 +16,9 @@ import logging
 
 import torch
 
-from trl_explore.distributed import load_auxiliary_model
 from trl_explore.components import Component, Rollout
 from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
