@@ -78,8 +78,21 @@ def _ase():
         "max_completion_length": 8}
 
 
+def _oger_ase():
+    from test_ase_trainer import parity_reward
+    from test_oger_trainer import _dataset
+
+    from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
+
+    # whole groups of 4 per process (OGER), 2 routes of 2 rollouts, one bank from both processes' pairs (ASE)
+    return OGERASETrainer, OGERASEConfig, _dataset(), {
+        "reward_funcs": [parity_reward, OGERRewardFunction(verifier=parity_reward)]}, {
+        "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
+        "embedding_model": "embedded", "num_vectors": 1, "pca_dim": 8, "kmeans_n_init": 2}
+
+
 # name -> a function returning (trainer class, config class, dataset, trainer kwargs, config kwargs)
-TRAINERS = {"grpo": _grpo, "oger": _oger, "ase": _ase}
+TRAINERS = {"grpo": _grpo, "oger": _oger, "ase": _ase, "oger_ase": _oger_ase}
 
 
 def _fsdp_on_cpu_state():
