@@ -22,6 +22,7 @@ import torch
 from trl import GRPOTrainer
 
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
+from trl_explore.hub import create_model_card
 from trl_explore.oger.config import OGERConfig
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
@@ -115,6 +116,7 @@ class OGERTrainer(GRPOTrainer):
                 year   = 2026,
             }"""),
     }
+    create_model_card = create_model_card  # base_model only when it is a Hub id (trl_explore.hub)
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
