@@ -40,6 +40,7 @@ def hub_base_model(name: object) -> str | None:
 def create_model_card(self, model_name=None, dataset_name=None, tags=None):
     """TRL's ``create_model_card`` with ``base_model`` set only for a Hub id and no "[None]" link.
 
+    Without a Hub repository (``hub_model_id`` None) the card's quick start loads ``output_dir`` instead of "None".
     Assign it as ``create_model_card = create_model_card`` in a ``BaseTrainer`` subclass. The dataset link is
     kept only when ``dataset_name`` is a Hub id too (``"champ"`` names the embedded CHAMP set, from PyPI).
     """
@@ -56,5 +57,8 @@ def create_model_card(self, model_name=None, dataset_name=None, tags=None):
     card = pathlib.Path(self.args.output_dir) / "README.md"
     if self.is_world_process_zero() and card.is_file():
         text = card.read_text()
-        if _NO_BASE in text:
-            card.write_text(text.replace(_NO_BASE, _NO_BASE_TEXT))
+        fixed = text.replace(_NO_BASE, _NO_BASE_TEXT)
+        if self.hub_model_id is None:  # not pushed (yet): the quick start loads the saved folder, not "None"
+            fixed = fixed.replace('model="None"', f'model="{self.args.output_dir}"')
+        if fixed != text:
+            card.write_text(fixed)
