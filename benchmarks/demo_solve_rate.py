@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "demo_solve_rate"))
     parser.add_argument("--grade-only", action="store_true", help="grade the saved completions; generate nothing")
     parser.add_argument("--ship", action="store_true", help=f"copy the rates to {SHIPPED.relative_to(REPO)}")
+    parser.add_argument("--note", default=None, help="free text stored as `note` in the record (e.g. a check by hand)")
     args = parser.parse_args()
 
     out = pathlib.Path(args.out)
@@ -162,14 +163,15 @@ def main() -> None:
     previous = json.loads((out / "pass_rates.json").read_text()) if (out / "pass_rates.json").is_file() else {}
     batches = [json.loads(line) for line in (out / "generation_log.jsonl").read_text().splitlines() if line.strip()] \
         if (out / "generation_log.jsonl").is_file() else []
-    cost = previous.get("cost", {}) if args.grade_only else {
+    cost = {
         "generation_seconds": round(sum(b["seconds"] for b in batches), 1),
-        "generation_batches": len(batches),
-        "load_average_1min_per_batch": [round(b["load_average_1min"], 1) for b in batches],
+        "generation_batches": [[b["completions"], round(b["seconds"]), round(b["load_average_1min"], 1)]
+                               for b in batches],  # completions, seconds, 1-min load average at its end
         "tokens_generated": sum(len(r["completion_ids"]) for r in rows),
-        "threads": args.threads,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "host": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared)",
+        "threads": sorted({b["threads"] for b in batches}),
+        "peak_rss_mib": previous.get("cost", {}).get("peak_rss_mib") if args.grade_only
+        else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "host": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs shared with other jobs",
     }
     cost["grading_seconds"] = round(grade_seconds, 1)
     pool = {p["problem_id"] for p in json.loads((out / "problems.json").read_text()) if p["in_oger_demo_pool"]}
@@ -180,6 +182,7 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens, "grader": "trl_explore.rewards.math_reward",
         "date": datetime.date.today().isoformat(),
         "oger_demo_pool": sorted(pool),
+        "note": args.note if args.note is not None else previous.get("note"),
         "cost": cost,
         "rates": {str(length): rates for length, rates in graded.items()},
     }
