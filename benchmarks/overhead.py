@@ -120,7 +120,7 @@ def make_model(kind: str, tokenizer, seed: int, device: str = "cpu", dtype: torc
     if kind == "embedded":
         from trl_explore.defaults import default_policy_path
 
-        model = AutoModelForCausalLM.from_pretrained(default_policy_path(), torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(default_policy_path(), dtype=torch.float32)
     else:  # same as tests/conftest.py::make_tiny_causal_lm (2 layers, hidden 64, real 49k vocabulary)
         config = LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

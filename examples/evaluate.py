@@ -14,7 +14,8 @@
 holds a saved model, else the embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
 (default `outputs/eval/<model>`): `samples.jsonl`, `samples.parquet`, `summary.json`, `results.md`,
 `pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png` / `temperature_samples.parquet`,
-`steering_sweep.json` / `.md` / `steering_samples.parquet`.
+`steering_sweep.json` / `.md` / `steering_samples.parquet`. Finished batches are kept in `<output_dir>/partial/`
+while the run lasts: after a kill, the same command with `--resume` generates only the missing batches.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import logging
 import pathlib
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -68,6 +70,11 @@ class EvalArguments:
                   "choices": ["math_verify", "trl", "strict", "boxed"]},
     )
     output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Continue a killed run: reuse the batches it finished (kept in <output_dir>/partial/ until the "
+                  "run completes; transformers backend). Without it, a new run starts from scratch."},
+    )
     label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
     baseline_dir: str | None = field(
         default=None, metadata={"help": "Evaluation folder of a baseline run: the table then shows deltas."}
@@ -129,8 +136,11 @@ def main(args: EvalArguments) -> dict:
     overrides = dict(num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                      max_new_tokens=args.max_new_tokens)
     steering = args.steering_bank is not None or args.steering_build_from is not None
+    partial_dir = out / "partial"  # finished batches; a killed run continues from them with --resume
+    if partial_dir.exists() and not args.resume:
+        shutil.rmtree(partial_dir)
     generator = runner.make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
-                                      steering=steering, dtype=args.dtype)
+                                      steering=steering, dtype=args.dtype, partial_dir=partial_dir)
     records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
                                        benchmark_files=files, limit=args.limit, seed=args.seed,
                                        grader_mode=args.grader_mode, **overrides)
@@ -175,6 +185,7 @@ def main(args: EvalArguments) -> dict:
         pd.DataFrame(steer_records).to_parquet(out / "steering_samples.parquet", index=False)
         (out / "steering_sweep.md").write_text(sweeps.steering_table(rows) + "\n")
         print(sweeps.steering_table(rows))
+    shutil.rmtree(partial_dir, ignore_errors=True)  # everything is saved: the finished batches are no longer needed
     print(f"[evaluate] {model} on {', '.join(args.benchmarks)} in {time.perf_counter() - start:.1f} s "
           f"(generation {sum(b['generation_seconds'] for b in summary['benchmarks'].values()):.1f} s); wrote {out}")
     return summary

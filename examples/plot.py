@@ -1,7 +1,7 @@
 """Draw the papers' figures for one or more runs, overlaid.
 
     python examples/plot.py                                   # the main job: outputs/oger-smollm2-champ
-    python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO --output_dir plots/
+    python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO   # -> plots/OGER+GRPO/
 
 A RUN_DIR is a training output folder (its `trainer_state.json`, or the latest checkpoint's) and/or an
 evaluation folder of `examples/evaluate.py` (`summary.json`, `temperature_sweep.json`). Writes, when the
@@ -30,16 +30,20 @@ class PlotArguments:
         metadata={"help": "Training and/or evaluation folders (also accepted as leading positional arguments)."},
     )
     labels: list[str] = field(default_factory=list, metadata={"help": "Legend label per run (default: folder names)."})
-    output_dir: str | None = field(default=None, metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots)."})
+    output_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots for one run, ./plots/<label>+<label>+... "
+                  "for several)."},
+    )
     smooth: int = field(default=1, metadata={"help": "Rolling-mean window over training steps (1: raw)."})
 
 
 def main(args: PlotArguments) -> list:
     from pathlib import Path
 
-    from trl_explore.evaluation.plots import plot_runs
+    from trl_explore.evaluation.plots import default_plot_dir, plot_runs
 
-    output_dir = Path(args.output_dir or Path(args.run_dirs[0]) / "plots")
+    output_dir = Path(args.output_dir) if args.output_dir else default_plot_dir(args.run_dirs, args.labels or None)
     written = plot_runs(args.run_dirs, output_dir, labels=args.labels or None, smooth=args.smooth)
     for path in written:
         print(f"[plot] wrote {path}")

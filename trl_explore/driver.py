@@ -40,6 +40,7 @@ from trl import GRPOTrainer
 from trl_explore.components import Forward, Rollout
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import check_launch
+from trl_explore.hub import create_model_card
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 
 
@@ -67,6 +68,7 @@ class ExplorationTrainer(GRPOTrainer):
     """
 
     _tag_names = ["trl", "grpo", "trl-explore"]
+    create_model_card = create_model_card  # base_model only when it is a Hub id (trl_explore.hub)
 
     def __init__(self, model, reward_funcs, args=None, components=(), **kwargs):
         super().__init__(model, reward_funcs, args=args, **kwargs)

@@ -77,7 +77,7 @@ ASE_PANELS = (
     Panel("Vector geometry", "cosine", ("ase/temporal_alignment", "ase/inter_cluster_alignment"), source="ASE Fig. 5"),
     Panel("Answer disagreement", "pairwise disagreement", ("ase/answer_disagreement",), source="ASE Fig. 4"),
     Panel("Per-route accuracy", "accuracy", pattern=r"ase/route_(\d+)_accuracy",
-          group_label="route {}", source="ASE §3.1, SPEC §3.8"),
+          group_label="route {}", source="ASE §3.1"),
     Panel("Training reward", "mean reward", ("reward",), source="ASE Fig. 4"),
     Panel("Response length", "tokens", ("completions/mean_length",), source="ASE Fig. 4"),
 )  # fmt: skip
@@ -138,6 +138,15 @@ def load_log_history(run_dir: str | pathlib.Path):
     return frame
 
 
+def default_plot_dir(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | None = None) -> pathlib.Path:
+    """Where ``examples/plot.py`` writes without ``--output_dir``: ``RUN_DIR/plots`` for one run; for several,
+    ``./plots/<label 1>+<label 2>+...`` (the overlaid runs named, none of their folders written into)."""
+    if len(run_dirs) == 1:
+        return pathlib.Path(run_dirs[0]) / "plots"
+    names = [re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in _run_labels(run_dirs, labels)]
+    return pathlib.Path("plots") / "+".join(names)
+
+
 def _run_labels(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | None) -> list[str]:
     if labels is not None:
         if len(labels) != len(run_dirs):
@@ -152,6 +161,35 @@ def _run_labels(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | 
 # --------------------------------------------------------------------------------------------------
 
 _STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def series_style(index: int, count: int) -> dict:
+    """Line and marker style of series ``index`` of ``count`` drawn in one panel for one run.
+
+    Series of one run share its colour, so series with equal values (e.g. the accuracies of steering routes that
+    all stay at 0) would hide each other. Each gets its own line style and hollow marker shape, and the earlier
+    ones are drawn wider and larger, so coinciding series stay visible as nested markers and stacked lines.
+
+    Returns:
+        keyword arguments of ``Axes.plot``: ``linestyle``, ``marker``, ``fillstyle``, ``linewidth``, ``markersize``.
+    """
+    rank = count - 1 - index  # 0 for the last (topmost) series
+    return {"linestyle": _STYLES[index % len(_STYLES)], "marker": _MARKERS[index % len(_MARKERS)],
+            "fillstyle": "none" if count > 1 else "full", "linewidth": 1.2 + 0.8 * rank,
+            "markersize": 4.0 + 2.0 * rank}
+
+
+def integer_step_limits(steps: Sequence[float]) -> tuple[float, float] | None:
+    """x-limits that show at least two whole steps around ``steps``, or None when the data already span >= 2.
+
+    Matplotlib's ``MaxNLocator(integer=True)`` falls back to fractional ticks when the view holds fewer than two
+    integers, which a run with a single logged step gives (view 3.95-4.05 around step 4).
+    """
+    if not len(steps):
+        return None
+    lo, hi = min(steps), max(steps)
+    return (lo - 1, hi + 1) if hi - lo < 2 else None
 
 
 def _new_figure(num_panels: int, ncols: int = 3, size: tuple[float, float] = (4.6, 3.4)):
@@ -204,20 +242,28 @@ def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], 
     fig, axes = _new_figure(len(used))
     colors = [f"C{i % 10}" for i in range(len(runs))]
     for ax, panel in zip(axes, used):
+        steps = []
         for color, (label, frame) in zip(colors, runs.items()):
-            for style_index, (column, suffix) in enumerate(panel.series(list(frame.columns))):
+            series = panel.series(list(frame.columns))
+            for style_index, (column, suffix) in enumerate(series):
                 values = frame[column].dropna()
                 if values.empty:
                     continue
                 if smooth > 1:
                     values = values.rolling(smooth, center=True, min_periods=1).mean()
-                many = len(panel.series(list(frame.columns))) > 1
-                ax.plot(values.index, values.values, color=color, linestyle=_STYLES[style_index % len(_STYLES)],
-                        marker="o" if len(values) < 12 else None, markersize=3,
-                        label=f"{label}: {suffix}" if many else label)
+                style = series_style(style_index, len(series))
+                if len(values) >= 12:  # dense series: lines only
+                    style["marker"] = None
+                if len(values) == 1:  # a single point: a marker, no line
+                    style["linestyle"] = "none"
+                name = f"{label}: {suffix}" if len(series) > 1 else label
+                ax.plot(values.index, values.values, color=color, label=name, **style)
+                steps += list(values.index)
         ax.set_title(f"{panel.title} ({panel.source})" if panel.source else panel.title, fontsize=10)
         ax.set_xlabel("training step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if (limits := integer_step_limits(steps)) is not None:
+            ax.set_xlim(*limits)
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -267,6 +313,8 @@ def plot_pass_at_k(summaries: Mapping[str, Mapping], path: str | pathlib.Path | 
         ax.set_title(f"{title}: pass@k", fontsize=10)
         ax.set_xlabel("k (samples)")
         ax.set_ylabel("pass@k (%)")
+        ax.set_ylim(-3, 103)  # a percentage: the full 0-100 scale, also when every value is 0
+        ax.set_yticks(range(0, 101, 20))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)
@@ -299,6 +347,8 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
     ax.set_title(f"pass@{k_text} vs. temperature (OGER Fig. 6)", fontsize=10)
     ax.set_xlabel("decoding temperature")
     ax.set_ylabel(f"average pass@{k_text} (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_yticks(range(0, 101, 20))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)

@@ -31,10 +31,13 @@ truncated flag), ``summary.json`` and ``results.md`` (the table).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
+import os
 import pathlib
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -238,6 +241,38 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def _steering_key(steering) -> list | None:
+    """A JSON-able identity of ``(steerer, vectors, alpha)`` for the partial-file fingerprint."""
+    if steering is None:
+        return None
+    steerer, vectors, alpha = steering
+    digest = hashlib.sha256(vectors.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
+    return [int(steerer.layer), digest, float(alpha)]
+
+
+def _read_partial(path: pathlib.Path | None) -> dict[tuple[int, int], tuple]:
+    """``{(prompt, sample): (prompt, sample, token_ids, truncated)}`` of a partial file; a last line cut by a kill
+    is ignored."""
+    done: dict[tuple[int, int], tuple] = {}
+    if path is None or not path.is_file():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            p, s, ids, is_truncated = json.loads(line)
+        except (json.JSONDecodeError, ValueError):
+            continue
+        done[(p, s)] = (p, s, ids, is_truncated)
+    return done
+
+
+def _append_partial(path: pathlib.Path, rows: Sequence[tuple]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(list(row)) + "\n" for row in rows))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class TransformersGenerator:
     """Batched sampling with ``model.generate`` (left padding, chat template, progress bar).
 
@@ -249,12 +284,18 @@ class TransformersGenerator:
         tokenizer: its tokenizer with a chat template (the pad token defaults to EOS).
         batch_size: rows per ``generate`` call (default 32).
         show_progress: tqdm bar per call of :meth:`generate`.
+        partial_dir: folder where every finished batch is appended at once (``<desc>-<fingerprint>.jsonl``), and
+            read back by the next call with the same work (same prompts, plan, seed, batch size, routes and
+            steering), which then generates only the missing batches: a killed evaluation resumes where it
+            stopped. Each batch draws from ``torch.manual_seed(seed + batch index)``, so a resumed run gives the
+            same samples as an uninterrupted one. ``None`` (default): nothing is written.
 
     Raises:
         ValueError: ``batch_size < 1`` or a tokenizer without a chat template.
     """
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, show_progress: bool = True):
+    def __init__(self, model, tokenizer, batch_size: int = 32, show_progress: bool = True,
+                 partial_dir: str | pathlib.Path | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not getattr(tokenizer, "chat_template", None):
@@ -263,6 +304,7 @@ class TransformersGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.show_progress = show_progress
+        self.partial_dir = None if partial_dir is None else pathlib.Path(partial_dir)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -283,8 +325,8 @@ class TransformersGenerator:
             steering: ``None`` or ``(steerer, vectors Tensor[K, d], alpha)``: the samples of each prompt
                 are split over routes ``0..K`` with ``balanced_uniform_routes`` (ASE §3.1) and route
                 ``s > 0`` adds ``alpha * vectors[s - 1]`` to block ``steerer.layer``.
-            seed: ``torch.manual_seed`` before the first batch.
-            desc: progress-bar label.
+            seed: batch ``i`` samples after ``torch.manual_seed(seed + i)``.
+            desc: progress-bar label (and name of the partial file, see ``partial_dir``).
 
         Returns:
             :class:`Generations`.
@@ -307,12 +349,25 @@ class TransformersGenerator:
         eos_ids = self._eos_ids()
         pad_id = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
-        torch.manual_seed(seed)
         sampling = dict(do_sample=True, temperature=plan.temperature, top_p=plan.top_p, top_k=plan.top_k)
         if plan.temperature == 0:
             sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
         batches = [rows[i : i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
-        for batch in tqdm(batches, desc=desc, disable=not self.show_progress, unit="batch"):
+        partial = None
+        if self.partial_dir is not None:
+            key = [encoded, asdict(plan), seed, self.batch_size, routes, _steering_key(steering)]
+            digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+            partial = self.partial_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', desc)}-{digest}.jsonl"
+        done = _read_partial(partial)
+        for p, s, ids, is_truncated in done.values():
+            token_ids[p][s], truncated[p][s] = ids, is_truncated
+            texts[p][s] = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if done:
+            logger.info("%s: %d of %d samples read back from %s", desc, len(done), len(rows), partial)
+        for index, batch in enumerate(tqdm(batches, desc=desc, disable=not self.show_progress, unit="batch")):
+            if all((p, s) in done for p, s in batch):
+                continue
+            torch.manual_seed(seed + index)
             width = max(len(encoded[p]) for p, _ in batch)
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -339,6 +394,8 @@ class TransformersGenerator:
                 ids = ids[:cut] if cut is not None else ids  # no EOS: ran to max_new_tokens, no padding
                 token_ids[p][s] = ids
                 texts[p][s] = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if partial is not None:
+                _append_partial(partial, [(p, s, token_ids[p][s], truncated[p][s]) for p, s in batch])
         return Generations(texts, token_ids, encoded, truncated, routes, time.perf_counter() - start)
 
     def _eos_ids(self) -> list[int]:
@@ -395,7 +452,7 @@ class VLLMGenerator:
 
 def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: int = 32, seed: int = 0,
                    steering: bool = False, show_progress: bool = True, llm_kwargs: Mapping[str, Any] | None = None,
-                   dtype: str = "float32"):
+                   dtype: str = "float32", partial_dir: str | pathlib.Path | None = None):
     """A generation backend for ``model``.
 
     Args:
@@ -409,6 +466,8 @@ def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: 
         show_progress: progress bars (transformers; vLLM always shows its own).
         llm_kwargs: extra ``vllm.LLM`` arguments.
         dtype: weights dtype when loading by name with transformers.
+        partial_dir: transformers only: keep finished batches there and resume from them (see
+            :class:`TransformersGenerator`).
 
     Returns:
         :class:`TransformersGenerator` or :class:`VLLMGenerator`.
@@ -435,7 +494,8 @@ def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: 
         model, tokenizer = load_policy(model, dtype=dtype)
     elif tokenizer is None:
         raise ValueError("a loaded model needs its `tokenizer`")
-    return TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress)
+    return TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress,
+                                 partial_dir=partial_dir)
 
 
 def load_policy(model_name_or_path: str, dtype: str = "float32", device: str | None = None):
@@ -491,7 +551,7 @@ def check_gold_answers(dataset) -> None:
 
 
 def grade_generations(dataset, generations: Generations, plan: SamplingPlan, timeout_seconds: float = 5.0,
-                      grader_mode: str = "math_verify") -> list[dict]:
+                      grader_mode: str = "math_verify", show_progress: bool = True) -> list[dict]:
     """Per-sample records of one benchmark: grade every completion.
 
     Args:
@@ -501,6 +561,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
         timeout_seconds: math-verify's limit per completion.
         grader_mode: the grader mode of maths answers, as in training (see
             :func:`~trl_explore.evaluation.benchmarks.grade_completion`).
+        show_progress: a tqdm bar over the completions (math-verify takes ~5 ms to seconds per completion).
 
     Returns:
         ``P * n`` dicts with keys ``benchmark``, ``problem_id``, ``sample_index``, ``route``,
@@ -509,13 +570,19 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
     Raises:
         ValueError: ``generations`` does not have ``P`` prompts.
     """
+    from tqdm.auto import tqdm
+
     from trl_explore.evaluation.benchmarks import grade_completion
 
     if len(generations.texts) != len(dataset):
         raise ValueError(f"{len(generations.texts)} generated groups for {len(dataset)} problems")
     records = []
+    total = sum(len(texts) for texts in generations.texts)
+    bar = tqdm(total=total, desc=f"grade {dataset[0]['benchmark']}" if len(dataset) else "grade",
+               unit="completion", disable=not show_progress)
     for p, row in enumerate(dataset):
         for s, text in enumerate(generations.texts[p]):
+            bar.update(1)
             extracted, correct = grade_completion(
                 text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds,
                 grader_mode=grader_mode,
@@ -534,6 +601,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
                     "truncated": bool(generations.truncated[p][s]),
                 }
             )
+    bar.close()
     return records
 
 
@@ -633,7 +701,8 @@ def evaluate_dataset(generator, dataset, plan: SamplingPlan, *, seed: int = 0, s
     prompts = [build_messages(row, plan) for row in dataset]
     generations = generator.generate(prompts, plan, steering=steering, seed=seed, desc=name)
     start = time.perf_counter()
-    records = grade_generations(dataset, generations, plan, grader_mode=grader_mode)
+    records = grade_generations(dataset, generations, plan, grader_mode=grader_mode,
+                                show_progress=getattr(generator, "show_progress", True))
     summary = summarize_benchmark(records, ks)
     summary["grader_mode"] = grader_mode
     summary["generation_seconds"] = round(generations.seconds, 2)

@@ -78,7 +78,9 @@ class TrajectoryEncoder:
     @property
     def dim(self) -> int:
         """Embedding size ``d``."""
-        return int(self.model.get_sentence_embedding_dimension())
+        # sentence-transformers >= 5.x renamed the method (the old name warns); older releases only have the old one
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(getter())
 
     def _encode_raw(self, texts: list[str]) -> torch.Tensor:
         emb = self.model.encode(
