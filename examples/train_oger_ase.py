@@ -20,15 +20,18 @@ from pathlib import Path
 from trl import ModelConfig, TrlParser, get_peft_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_oger import ScriptArguments, load_train_dataset, print_completion_rows  # noqa: E402
+from train_oger import ScriptArguments, load_train_dataset  # noqa: E402
 
 from trl_explore import OGERASEConfig, OGERASETrainer  # noqa: E402
+from trl_explore.reporting import completion_table, silence_trl_completion_panel  # noqa: E402
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smollm2_champ_cpu.yaml"
 
 
 def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args: ModelConfig) -> OGERASETrainer:
     start = time.perf_counter()
+    if not script_args.completion_panel:
+        silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(__import__("torch"), model_args.dtype)
     training_args.model_init_kwargs = {
@@ -40,6 +43,8 @@ def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
+    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=script_args.dataset_name)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     if trainer.accelerator.is_main_process:
@@ -48,7 +53,10 @@ def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args:
               f"to {training_args.output_dir}, bank to {training_args.output_dir}/steering_bank")
         print("[train_oger_ase] last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
         print(f"[train_oger_ase] {trainer.bank}")
-        print_completion_rows(Path(training_args.output_dir) / "completions")
+        table = completion_table(Path(training_args.output_dir) / "completions")
+        if table is not None:
+            print(f"[train_oger_ase] completions of the last step (all in {training_args.output_dir}/completions/):")
+            print(table)
     return trainer
 
 
@@ -57,4 +65,5 @@ if __name__ == "__main__":
     if not any(a == "--config" or a.startswith("--config=") for a in argv):
         argv = ["--config", str(DEMO_RECIPE), *argv]
     parser = TrlParser((ScriptArguments, OGERASEConfig, ModelConfig))
-    main(*parser.parse_args_and_config(args=argv))
+    trainer = main(*parser.parse_args_and_config(args=argv))
+    trainer.accelerator.end_training()  # end the process group before exit

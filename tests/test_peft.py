@@ -101,3 +101,32 @@ def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_to
                                         torch.ones_like(completion), routes, table, **kwargs)
     assert torch.equal(logps[0], clean_logps[0])  # the clean route is untouched
     assert not torch.allclose(logps[1], clean_logps[1])  # the steered route is not
+
+
+@pytest.mark.parametrize("gradient_checkpointing", [False, True])
+def test_oger_ase_lora_trains_every_adapter_and_keeps_the_base(tmp_path, smollm2_tokenizer, gradient_checkpointing):
+    from test_oger_ase import _config as oger_ase_config
+    from test_oger_ase import _dataset as oger_ase_dataset
+    from test_oger_ase import parity_reward as oger_ase_reward
+
+    from trl_explore import OGERASETrainer, OGERRewardFunction
+
+    args = oger_ase_config(tmp_path, max_steps=2, gradient_checkpointing=gradient_checkpointing)
+    trainer = OGERASETrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=oger_ase_dataset(),
+                             reward_funcs=[oger_ase_reward, OGERRewardFunction(verifier=oger_ase_reward)],
+                             processing_class=smollm2_tokenizer, peft_config=_lora())
+    base_before = _frozen_base(trainer.model)
+    norms_after = []
+
+    class _Record(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            norms_after.append(_lora_b_norms(trainer.model))
+
+    trainer.add_callback(_Record())
+    trainer.train()
+
+    assert type(trainer.model).__name__.startswith("Peft")
+    assert len(norms_after[0]) == 4 and all(v > 0 for v in norms_after[0].values()), norms_after[0]  # after step 1
+    for name, value in _frozen_base(trainer.model).items():
+        assert torch.equal(value, base_before[name]), name
+    assert trainer.bank.num_updates >= 1  # the bank was estimated from the PEFT model's readouts

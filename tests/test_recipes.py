@@ -21,11 +21,12 @@ def _script(name):
 
 
 def _parse(recipe):
-    from trl_explore import ASEConfig, OGERConfig
+    from trl_explore import ASEConfig, OGERASEConfig, OGERConfig
 
-    oger = recipe.name.startswith("oger")
-    script = _script("train_oger" if oger else "train_ase_grpo")
-    dataclasses = (script.ScriptArguments, OGERConfig if oger else ASEConfig, ModelConfig)
+    name, config = ("train_oger_ase", OGERASEConfig) if recipe.name.startswith("oger_ase") else (
+        ("train_oger", OGERConfig) if recipe.name.startswith("oger") else ("train_ase_grpo", ASEConfig))
+    script = _script(name)
+    dataclasses = (script.ScriptArguments, config, ModelConfig)
     # bf16 and vLLM are checked against this machine (CPU, no vLLM) by the configs: switched off here only
     return TrlParser(dataclasses).parse_args_and_config(
         args=["--config", str(recipe), "--bf16", "false", "--use_vllm", "false"]

@@ -28,6 +28,8 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "_compute_loss": ("model", "inputs"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "save_model": ("output_dir", "_internal_call"),
+    # Trainer's model card: trl_explore.hub names the base model only when it is a Hub id
+    "create_model_card": ("model_name", "dataset_name", "tags"),
 }
 
 CALLED_METHODS: dict[str, tuple[str, ...]] = {
