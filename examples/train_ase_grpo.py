@@ -24,7 +24,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.data.difficulty import PassRateFilterArguments
-from trl_explore.reporting import completion_table, silence_trl_completion_panel
+from trl_explore.reporting import finish_run, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "ase_grpo_smollm2_champ_cpu.yaml"
 
@@ -167,24 +167,11 @@ def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: Mod
         model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args)
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
-    # TRL's model card (tags, base model when it is a Hub id, the ASE paper's citation)
-    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=script_args.dataset_name)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    if trainer.accelerator.is_main_process:
-        logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith("ase/")}
-        print(f"[train_ase_grpo] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; "
-              f"model saved to {training_args.output_dir}, bank to {training_args.output_dir}/steering_bank")
-        print("[train_ase_grpo] last ase metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
-        for entry in trainer.bank_diagnostics:
-            print("[train_ase_grpo] bank update: " + ", ".join(f"{k}={v:.4g}" for k, v in entry.items()))
-        print(f"[train_ase_grpo] {trainer.bank}")
-        table = completion_table(Path(training_args.output_dir) / "completions")
-        if table is not None:
-            print(f"[train_ase_grpo] completions of the last step (all in {training_args.output_dir}/completions/):")
-            print(table)
+    bank_lines = tuple("bank update: " + ", ".join(f"{k}={v:.4g}" for k, v in entry.items())
+                       for entry in trainer.bank_diagnostics)
+    finish_run(trainer, training_args.output_dir, script_args.dataset_name, "train_ase_grpo", ("ase/",),
+               time.perf_counter() - start,
+               lines=(*bank_lines, f"bank in {training_args.output_dir}/steering_bank: {trainer.bank}"))
     if script_args.measure_rollout_overhead:  # on every process: generation may gather sharded weights
         result = measure_rollout_overhead(trainer, dataset)
         if trainer.accelerator.is_main_process:

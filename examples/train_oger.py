@@ -19,7 +19,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.data.difficulty import PassRateFilterArguments
-from trl_explore.reporting import completion_table, silence_trl_completion_panel
+from trl_explore.reporting import finish_run, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_champ_cpu.yaml"
 
@@ -91,22 +91,9 @@ def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: Mo
         peft_config=get_peft_config(model_args),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
-    # TRL's model card (tags, base model when it is a Hub id, paper citation) with the training data named
-    dataset_name = script_args.dataset_name  # "champ": the embedded CHAMP set (PyPI package champ-dataset)
-    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=dataset_name)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
-    if trainer.accelerator.is_main_process:
-        logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith("oger/")}
-        print(f"[train_oger] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; "
-              f"model saved to {training_args.output_dir}")
-        print("[train_oger] last oger metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
-        table = completion_table(Path(training_args.output_dir) / "completions")
-        if table is not None:
-            print(f"[train_oger] completions of the last step (all in {training_args.output_dir}/completions/):")
-            print(table)
+    # "champ": the embedded CHAMP set (PyPI package champ-dataset)
+    finish_run(trainer, training_args.output_dir, script_args.dataset_name, "train_oger", ("oger/",),
+               time.perf_counter() - start)
     return trainer
 
 

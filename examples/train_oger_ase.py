@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_oger import ScriptArguments, load_train_dataset  # noqa: E402
 
 from trl_explore import OGERASEConfig, OGERASETrainer  # noqa: E402
-from trl_explore.reporting import completion_table, silence_trl_completion_panel  # noqa: E402
+from trl_explore.reporting import finish_run, silence_trl_completion_panel  # noqa: E402
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smollm2_champ_cpu.yaml"
 
@@ -42,21 +42,8 @@ def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json (the logs examples/plot.py reads), also when no checkpoint is saved
-    trainer.create_model_card(model_name=Path(training_args.output_dir).name, dataset_name=script_args.dataset_name)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    if trainer.accelerator.is_main_process:
-        logged = {k: v for e in trainer.state.log_history for k, v in e.items() if k.startswith(("oger/", "ase/"))}
-        print(f"[train_oger_ase] {trainer.state.global_step} steps in {time.perf_counter() - start:.1f} s; model saved "
-              f"to {training_args.output_dir}, bank to {training_args.output_dir}/steering_bank")
-        print("[train_oger_ase] last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
-        print(f"[train_oger_ase] {trainer.bank}")
-        table = completion_table(Path(training_args.output_dir) / "completions")
-        if table is not None:
-            print(f"[train_oger_ase] completions of the last step (all in {training_args.output_dir}/completions/):")
-            print(table)
+    finish_run(trainer, training_args.output_dir, script_args.dataset_name, "train_oger_ase", ("oger/", "ase/"),
+               time.perf_counter() - start, lines=(f"bank in {training_args.output_dir}/steering_bank: {trainer.bank}",))
     return trainer
 
 

@@ -52,3 +52,32 @@ def completion_table(folder: str | pathlib.Path, columns=DEFAULT_COLUMNS, max_ch
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", max_chars,
                            "display.precision", 3):
         return table[shown].to_string(index=False)
+
+
+def finish_run(trainer, output_dir: str, dataset_name: str | None, tag: str, metric_prefixes: tuple[str, ...],
+               seconds: float, lines: tuple[str, ...] = ()) -> None:
+    """What every example script does after ``trainer.train()``: save, card, push, and one readable summary.
+
+    Saves the model and ``trainer_state.json`` (the logs ``examples/plot.py`` reads, also when no checkpoint was
+    saved), writes TRL's model card with the training data named (``base_model`` only for a Hub id, see
+    :mod:`trl_explore.hub`), pushes to the Hub when ``push_to_hub`` is set, and on the main process prints the step
+    count and run time (``seconds``), the last value of every logged metric whose name starts with one of
+    ``metric_prefixes``, the extra ``lines``, and the last step's completions (:func:`completion_table`), each line
+    prefixed with ``[tag]``.
+    """
+    trainer.save_model(output_dir)
+    trainer.save_state()
+    trainer.create_model_card(model_name=pathlib.Path(output_dir).name, dataset_name=dataset_name)
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub(dataset_name=dataset_name)
+    if not trainer.accelerator.is_main_process:
+        return
+    logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith(metric_prefixes)}
+    print(f"[{tag}] {trainer.state.global_step} steps in {seconds:.1f} s; model saved to {output_dir}")
+    print(f"[{tag}] last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
+    for line in lines:
+        print(f"[{tag}] {line}")
+    table = completion_table(pathlib.Path(output_dir) / "completions")
+    if table is not None:
+        print(f"[{tag}] completions of the last step (all in {output_dir}/completions/):")
+        print(table)

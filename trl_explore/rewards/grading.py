@@ -68,7 +68,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtra
 
 from trl_explore.data.champ_answers import clean_gold_text, gold_alternatives
 from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
-from trl_explore.rewards.modes import DEFAULT_MODE, GUARDS, MODES, check_grader_mode
+from trl_explore.rewards.modes import DEFAULT_MODE, GUARDS, MODES, check_grader_mode  # noqa: F401 - MODES re-exported
 
 # Math-Verify warns on every call that its own timeout is off: the worker pool enforces it instead.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
