@@ -269,6 +269,42 @@ def test_weight_sync_updates_the_engine(tmp_path, tiny_path, smollm2_tokenizer):
     gc.collect()
 
 
+def test_lora_colocate_gives_the_engine_merged_weights_at_every_step(tmp_path, tiny_path, smollm2_tokenizer):
+    """With LoRA, every weight sync (one per generation) hands the engine base + B A, the adapter merged."""
+    from peft import LoraConfig
+
+    from trl_explore import ASEConfig, ASEGRPOTrainer
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM")
+    trainer = ASEGRPOTrainer(
+        tiny_path, reward_funcs=[parity_reward], args=ASEConfig(**_common(tmp_path, num_vectors=1)),
+        train_dataset=_math_dataset(), processing_class=smollm2_tokenizer, peft_config=lora,
+    )
+    syncs = []
+    sync = trainer.vllm_generation.sync_weights
+    trainer.vllm_generation.sync_weights = lambda: (syncs.append(trainer.state.global_step), sync())[1]
+    trainer.train()
+    assert syncs == [0, 1]  # before each of the 2 generations
+    llm, policy = trainer.vllm_generation.llm, trainer.model
+    lora_b = [p for n, p in policy.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.norm() > 0 for p in lora_b)  # trained adapters
+    trainer.vllm_generation.sync_weights()
+    trained = _greedy(llm)
+    saved = [p.detach().clone() for p in lora_b]
+    with torch.no_grad():
+        for p in lora_b:
+            p.normal_(0.0, 5.0)  # a very different adapter: the merged weights change, the base does not
+    trainer.vllm_generation.sync_weights()
+    assert _greedy(llm) != trained
+    with torch.no_grad():
+        for p, value in zip(lora_b, saved):
+            p.copy_(value)
+    trainer.vllm_generation.sync_weights()
+    assert _greedy(llm) == trained  # the engine follows the adapter: merged, not the base alone
+    del trainer, llm
+    gc.collect()
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, mode):
     from trl_explore import ASEConfig, ASEGRPOTrainer
