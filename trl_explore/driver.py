@@ -41,6 +41,7 @@ from trl_explore.components import Forward, Rollout
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.hub import create_model_card
+from trl_explore.rewards.checks import check_finite_rewards
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 
 
@@ -166,6 +167,7 @@ class ExplorationTrainer(GRPOTrainer):
         if fields:
             inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
         for component in self.components:
             component.on_rewards(rewards_per_func, completions, mode)
         return rewards_per_func

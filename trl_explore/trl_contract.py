@@ -45,7 +45,7 @@ forward itself with the same keys and replays it to TRL."""
 
 ATTRIBUTES: tuple[str, ...] = (
     # set by GRPOTrainer.__init__ (or Trainer), read by the driver, components or presets
-    "_metrics", "_tokenizer", "_step", "accelerator", "args", "state", "model", "processing_class",
+    "_metrics", "_tokenizer", "_step", "accelerator", "args", "state", "model", "processing_class", "reward_func_names",
     "num_generations", "num_generations_eval", "temperature", "max_completion_length", "eos_token_ids",
     "use_vllm", "use_transformers_continuous_batching", "rollout_func", "tools", "vllm_importance_sampling_correction",
     "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",

@@ -137,6 +137,9 @@ class ASEConfig(GRPOConfig):
             )
         if not math.isfinite(self.steering_alpha):
             raise ValueError(f"steering_alpha must be finite, got {self.steering_alpha}")
+        if self.steering_alpha < 0:
+            raise ValueError(f"steering_alpha must be >= 0, got {self.steering_alpha}; to steer against the bank's "
+                             "directions use bank_control='reversed'")
         if not 0.0 <= self.bank_ema_beta <= 1.0:
             raise ValueError(f"bank_ema_beta must be in [0, 1], got {self.bank_ema_beta}")
         if self.steering_layer < 0:

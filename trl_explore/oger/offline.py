@@ -23,7 +23,8 @@ def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset
         stored embeddings or None.
 
     Raises:
-        ValueError: a column is missing, is not a list, holds a non-string, or the lengths differ.
+        ValueError: a column is missing, is not a list, holds a non-string or an empty (or whitespace) trajectory, or
+            the lengths differ.
     """
     col, teachers_col = args.offline_completions_column, args.offline_teachers_column
     if col not in row:
@@ -37,6 +38,9 @@ def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset
     for j, text in enumerate(texts):
         if not isinstance(text, str):
             raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {type(text).__name__}, expected str")
+        if not text.strip():
+            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is empty; remove it (a replaced row would "
+                             "be a bare EOS that policy shaping pushes down)")
     teachers = row.get(teachers_col)
     teachers = ["offline"] * len(texts) if teachers is None else teachers
     if not isinstance(teachers, (list, tuple)) or len(teachers) != len(texts):

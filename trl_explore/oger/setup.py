@@ -14,8 +14,8 @@ def prepare(args, reward_funcs, train_dataset) -> list:
     applied to every ``OGERRewardFunction`` and ``args.reward_weights`` set when None (``[1, 0]`` "w/o Reward").
 
     Raises:
-        ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in the first 64 rows;
-            fewer prompts than one generation batch.
+        ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in any row (the message
+            names the row); fewer prompts than one generation batch.
     """
     from trl_explore.rewards.math_verify_reward import MathVerifyReward
     from trl_explore.rewards.oger_reward import OGERRewardFunction
@@ -38,7 +38,7 @@ def prepare(args, reward_funcs, train_dataset) -> list:
     if train_dataset is not None and not hasattr(train_dataset, "__len__"):
         train_dataset = None  # an IterableDataset: rows are checked as they arrive
     check_train_dataset_size(train_dataset, args)
-    for i in range(min(len(train_dataset), 64) if train_dataset is not None else 0):
-        check_prompt(train_dataset[i], f"training row {i}")
-        offline_trajectories(train_dataset[i], args, f"training row {i}")
+    for i, row in enumerate(train_dataset if train_dataset is not None else []):  # every row, once, before training
+        check_prompt(row, f"training row {i}")
+        offline_trajectories(row, args, f"training row {i}")
     return reward_funcs
