@@ -350,7 +350,10 @@ def test_pathological_input_returns_within_timeout():
     start = time.monotonic()
     # sympy would compute 9^(9^9), a 370-million-digit integer, inside one C call
     assert verify_answer(r"\boxed{9^{9^{9}}}", "2", timeout_seconds=1.0) is False
-    assert time.monotonic() - start < 1.0 + 1.0  # the timeout plus killing the worker
+    # Without the timeout, Math-Verify was still computing after 90 s (stopped there). With it, about 1.7 s
+    # here: the timeout, killing the worker, starting a new one. The bound is loose on purpose (a loaded CI
+    # machine took 4 s); it is not a speed target.
+    assert time.monotonic() - start < 30.0
     assert verify_answer(r"\boxed{3}", "3") is True  # a new worker takes over
 
 
