@@ -4,7 +4,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_explore.oger.embedding import TrajectoryEncoder, add_offline_embeddings
+from trl_explore.oger.embedding import TrajectoryEncoder, add_offline_embeddings, pool_windows, token_windows
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +25,71 @@ def test_chunk_mean_covers_the_whole_text(encoder):
     chunked = TrajectoryEncoder("embedded", long_text_mode="chunk_mean", max_seq_length=16)
     short = "two plus two is four"
     # a text within one window: chunk_mean equals plain encoding
-    assert torch.allclose(chunked.encode([short]), chunked._encode_raw([short]), atol=1e-5)
+    reference = chunked.model.encode([short], convert_to_tensor=True, normalize_embeddings=True).float()
+    assert torch.allclose(chunked.encode([short]), reference, atol=1e-5)
     long = "first we factor the polynomial. " * 4 + "then the answer is a prime number, seven. " * 4
     tail_changed = "first we factor the polynomial. " * 4 + "the cat sat on the mat near the window. " * 4
     trunc = TrajectoryEncoder("embedded", max_seq_length=16)
     # truncation only sees the first 16 tokens: both texts embed the same; chunk_mean sees the ending
     assert torch.allclose(trunc.encode([long]), trunc.encode([tail_changed]), atol=1e-5)
     assert not torch.allclose(chunked.encode([long]), chunked.encode([tail_changed]), atol=1e-3)
+    assert trunc.encode_with_truncation([short, long])[1].tolist() == [False, True]
+    assert chunked.encode_with_truncation([short, long])[1].tolist() == [False, False]
     with pytest.raises(ValueError, match="long_text_mode"):
         TrajectoryEncoder("embedded", long_text_mode="summarise")
+
+
+def test_window_and_pooling_functions_hand_values():
+    assert token_windows([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+    assert token_windows([], 3) == [[]]
+    with pytest.raises(ValueError, match="window"):
+        token_windows([1], 0)
+    emb = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    pooled = pool_windows(emb, torch.tensor([0, 0, 1]), torch.tensor([3.0, 1.0, 2.0]), 2)
+    # text 0: (3 * [1, 0] + 1 * [0, 1]) / |.| = [3, 1] / sqrt(10); text 1: its one window
+    assert torch.allclose(pooled, torch.tensor([[3 / 10**0.5, 1 / 10**0.5], [0.6, 0.8]]))
+
+
+def test_truncate_mode_equals_sentence_transformers_and_embeds_each_text_once(encoder, monkeypatch):
+    texts = ["a short proof", "", "we divide both sides by two. " * 80, "a short proof", "x = 2"]
+    reference = encoder.model.encode(texts, convert_to_tensor=True, normalize_embeddings=True).float()
+    seen = []
+    original = encoder._embed_windows
+    monkeypatch.setattr(encoder, "_embed_windows", lambda windows: seen.append(len(windows)) or original(windows))
+    emb, cut = encoder.encode_with_truncation(texts)
+    assert torch.allclose(emb, reference, atol=1e-5)  # sentence-transformers' own truncation at 256 tokens
+    assert seen == [4] and torch.equal(emb[0], emb[3])  # the duplicate is embedded once
+    assert cut.tolist() == [False, False, True, False, False]
+
+
+def test_chunk_mean_windows_fit_max_seq_length_on_a_long_trace():
+    """A 1,680-token trace in the embedder's own tokens: 7 windows of at most 254 tokens + [CLS]/[SEP], nothing cut
+    (windows decoded to text and tokenised again used to come out longer than 256 tokens and be cut)."""
+    chunked = TrajectoryEncoder("embedded", long_text_mode="chunk_mean", batch_size=3)
+    tokenizer = chunked.model.tokenizer
+    text = " ".join(f"Step {i}: since x_{i} = {i * i - 3}/(2^{i} + 1), we get \\frac{{{i}}}{{{i + 7}}}." for i in range(80))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = ids[:1680]
+    text = tokenizer.decode(ids)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert 1600 <= len(ids) <= 1760
+    windows = []
+    original = chunked._embed_windows
+    chunked._embed_windows = lambda w: windows.extend(w) or original(w)
+    emb = chunked.encode([text])
+    assert chunked.window == 254 and len(windows) == -(-len(ids) // 254)
+    assert all(len(w) + 2 <= chunked.model.max_seq_length for w in windows)
+    assert [t for w in windows for t in w] == ids  # the whole trace, in order, nothing cut
+    # reference: each window alone through the SentenceTransformer (no padding), unit-normalised, token-weighted
+    parts = []
+    for w in windows:
+        input_ids = torch.tensor([[tokenizer.cls_token_id, *w, tokenizer.sep_token_id]])
+        features = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                    "token_type_ids": torch.zeros_like(input_ids)}
+        with torch.no_grad():
+            parts.append(torch.nn.functional.normalize(chunked.model(features)["sentence_embedding"], dim=1) * len(w))
+    expected = torch.nn.functional.normalize(torch.cat(parts).sum(0, keepdim=True), dim=1)
+    assert torch.allclose(emb, expected, atol=1e-5)
 
 
 def test_add_offline_embeddings_column(encoder):

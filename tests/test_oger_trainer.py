@@ -1,5 +1,7 @@
 """OGERTrainer: real training steps on a tiny model with the real SmolLM2 tokenizer."""
 
+import logging
+
 import pandas as pd
 import pytest
 import torch
@@ -8,6 +10,7 @@ from datasets import Dataset
 from conftest import make_tiny_causal_lm
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.oger import component as oger_trainer_module
+from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, entropy_from_logits
 
 TEACHER_A = "We add the numbers: 2 + 2 = 4. The answer is \\boxed{4}."
@@ -100,8 +103,23 @@ def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacement
         assert key in history, key
     assert history["oger/offline_fraction"] == pytest.approx(0.25)
     assert history["oger/offline_truncated_fraction"] == 0.0
+    assert history["oger/embed_truncated_frac"] == 0.0  # 24-token completions fit MiniLM's 256 tokens
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert changed, "no parameter changed"
+
+
+def test_embedder_truncation_is_logged_and_warned_once(tmp_path, smollm2_tokenizer, caplog):
+    """"truncate" mode with an 8-token embedder window: every completion is cut, so their divergences only see their
+    first 6 word pieces; the fraction is a metric at every step and the warning comes once."""
+    encoder = TrajectoryEncoder("embedded", max_seq_length=8)
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=_dataset(),
+                          processing_class=smollm2_tokenizer, encoder=encoder)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.oger.component"):
+        trainer.train()
+    fractions = [e["oger/embed_truncated_frac"] for e in trainer.state.log_history if "oger/embed_truncated_frac" in e]
+    assert fractions == [1.0, 1.0]  # 2 steps x 4 completions, all longer than 6 word pieces
+    warnings = [r.getMessage() for r in caplog.records if "max_seq_length=8" in r.getMessage()]
+    assert len(warnings) == 1 and "4 of 4 completions" in warnings[0] and "chunk_mean" in warnings[0]
 
 
 def test_ablations_change_what_they_name(tmp_path, smollm2_tokenizer):
@@ -167,27 +185,43 @@ def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
 
 
-def test_entropy_recorder_matches_teacher_forced_entropy(smollm2_tokenizer):
-    tokenizer = smollm2_tokenizer
-    model = make_tiny_causal_lm(tokenizer, seed=1).eval()
-    prompt = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
-    with LastTokenEntropyRecorder(model) as rec, torch.no_grad():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=5, min_new_tokens=5,
-                             do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    steps = rec.per_step_entropy
-    assert steps.shape == (2, 5)
-    with torch.no_grad():
-        logits = model(input_ids=out).logits[:, 3:-1]  # distributions that produced the 5 new tokens
-    assert torch.allclose(steps, entropy_from_logits(logits), atol=1e-4)
-    assert torch.allclose(rec.last_token_entropy(torch.tensor([5, 2])), torch.stack([steps[0, 4], steps[1, 1]]))
-    assert not model.get_output_embeddings()._forward_hooks  # hook removed
+def _sample_with_recorder(model, tokenizer, temperature, eos_ids, keep_previous=False, max_new_tokens=10):
+    """HF sampling under the recorder, with HF's own per-step logits as the reference; rows cut as TRL cuts them."""
+    prompt = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20], [21, 22, 23, 24]])
+    torch.manual_seed(3)
+    with LastTokenEntropyRecorder(model, temperature, eos_ids, keep_previous) as rec, torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                             do_sample=True, temperature=temperature, top_k=0, eos_token_id=eos_ids,
+                             pad_token_id=tokenizer.pad_token_id, output_logits=True, return_dict_in_generate=True)
+    completion = out.sequences[:, prompt.size(1):]
+    is_eos = torch.isin(completion, torch.tensor(eos_ids))
+    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, completion.size(1))
+    return rec, torch.stack(out.logits, 1), out.sequences, lengths, is_eos.any(1)
 
-    # at the sampling temperature T: the entropy of softmax(logits / T), as TRL's own entropies (the vLLM path)
-    with LastTokenEntropyRecorder(model, temperature=0.7) as hot, torch.no_grad():
-        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=5, min_new_tokens=5,
-                       do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    assert torch.allclose(hot.per_step_entropy, entropy_from_logits(logits / 0.7), atol=1e-4)
-    assert not torch.allclose(hot.per_step_entropy, steps, atol=1e-3)
+
+@pytest.mark.parametrize("temperature", [0.6, 1.0, 1.7])
+def test_entropy_recorder_one_entropy_per_row_equals_every_step(smollm2_tokenizer, temperature):
+    """H_last from the logits kept per live row equals the entropy of HF's own logits at the row's last step (the old
+    per-step recording), and a teacher-forced forward, for rows ended by EOS and rows cut at the step limit."""
+    model = make_tiny_causal_lm(smollm2_tokenizer, seed=1).eval()
+    eos_ids = list(range(1000, 3000))  # a wide "EOS" set: on this random model 2 of the 5 rows stop early
+    rec, logits, sequences, lengths, stopped = _sample_with_recorder(model, smollm2_tokenizer, temperature, eos_ids)
+    assert stopped.any() and (~stopped).any() and rec.num_steps == logits.size(1)  # both kinds of rows occur
+    rows = torch.arange(len(lengths))
+    per_step = entropy_from_logits(logits.float() / temperature)  # [B, steps]: what the old recorder kept
+    h_last = rec.last_token_entropy(lengths)
+    assert torch.equal(h_last, per_step[rows, lengths - 1])
+    with torch.no_grad():  # teacher-forced: the logits at position t predict token t + 1
+        forced = model(input_ids=sequences).logits[:, 3:-1].float() / temperature
+    assert torch.allclose(h_last, entropy_from_logits(forced)[rows, lengths - 1], atol=1e-5)
+    assert not model.get_output_embeddings()._forward_hooks and not model.get_input_embeddings()._forward_pre_hooks
+    with pytest.raises(RuntimeError, match="were not kept"):  # a row that stopped has no later step
+        rec.last_token_entropy(torch.full_like(lengths, logits.size(1)))
+
+    # last_token="before_eos": the step before a final EOS, kept alongside
+    rec, logits, _, lengths, stopped = _sample_with_recorder(model, smollm2_tokenizer, temperature, eos_ids, True)
+    before = (lengths - (stopped & (lengths > 1)).long())
+    assert torch.equal(rec.last_token_entropy(before), entropy_from_logits(logits.float() / temperature)[rows, before - 1])
     with pytest.raises(ValueError, match="temperature"):
         LastTokenEntropyRecorder(model, temperature=0.0)
 
@@ -256,7 +290,7 @@ def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_toke
                           processing_class=smollm2_tokenizer)
     monkeypatch.setattr(trainer.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
     monkeypatch.setattr(trainer.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
-    monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda model: pytest.fail("entropy hook"))
+    monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda *a, **k: pytest.fail("entropy hook"))
     trainer.train()
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
     assert history["oger/offline_fraction"] == 0.0

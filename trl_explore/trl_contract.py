@@ -107,4 +107,9 @@ def check(trainer_cls=None) -> list[str]:
     for name, lines in SOURCE_FACTS.items():
         source = inspect.getsource(getattr(trainer_cls, name))
         problems += [f"GRPOTrainer.{name} no longer contains {line!r}" for line in lines if line not in source]
+    from trl.extras.profiling import ProfilingContext  # trl_explore.components.record_phase logs a measured time
+
+    params = tuple(p for p in inspect.signature(ProfilingContext._log_metrics).parameters if p != "self")
+    if params != ("duration",):
+        problems.append(f"trl.extras.profiling.ProfilingContext._log_metrics takes {params}, expected ('duration',)")
     return problems

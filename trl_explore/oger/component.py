@@ -16,7 +16,7 @@ import logging
 
 import torch
 
-from trl_explore.components import Component, Rollout
+from trl_explore.components import Component, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger.embedding import TrajectoryEncoder
@@ -42,6 +42,7 @@ class OGERGeneration:
     num_truncated: int
     need_divergence: bool
     pending_entropy: torch.Tensor | None = None  # [B] last positions, when H_last comes from TRL's scoring forward
+    num_embed_truncated: int = 0  # online completions the embedder cut to its max_seq_length ("truncate" mode)
 
 
 class OGERComponent(Component):
@@ -51,7 +52,7 @@ class OGERComponent(Component):
         self.encoder = encoder
         self.generation: OGERGeneration | None = None
         self._recorder: LastTokenEntropyRecorder | None = None
-        self._warned_truncation = False
+        self._warned_truncation = self._warned_embed_truncation = False
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -82,7 +83,8 @@ class OGERComponent(Component):
         hf_generate = not (t.use_vllm or t.use_transformers_continuous_batching or t.rollout_func or t.tools)
         if not (hf_generate and self._needs(mode)[2]):
             return None
-        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature)
+        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature, t.eos_token_ids,
+                                                  keep_previous=t.args.last_token == "before_eos")
         return self._recorder
 
     def offline_for_group(self, rows, group, need_embeddings: bool = True):
@@ -94,23 +96,36 @@ class OGERComponent(Component):
         """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
         of its own under the other components' behaviour context (the route's distribution)."""
         t = self.trainer
-        if self._recorder is not None:
-            return self._recorder.last_token_entropy(last_pos), False
+        if self._recorder is not None:  # the per-step work was done in generate's hooks; one entropy per row here
+            record_phase(t, "oger: H_last (generate hooks)", self._recorder.seconds)
+            with phase(t, "oger: H_last"):
+                return self._recorder.last_token_entropy(last_pos), False
         steered = any(c.behaviour_context(mode) is not None for c in t.components if c is not self)
         if mode == "train" and trl_scores_after_generation(t) and not steered:
             return torch.zeros(len(last_pos)), True  # filled from TRL's scoring forward, before the rewards
-        with t.behaviour_context(mode):
+        with phase(t, "oger: H_last"), t.behaviour_context(mode):
             entropies = t._forward_last_token_entropy(rollout.prompt_ids, rollout.completion_ids)
         return last_token_values(entropies, last_pos), False
 
+    def _embed_online(self, rows, completions, group_size: int):
+        """``([B, d] online embeddings, number the embedder truncated)``. The teacher texts of every group that has no
+        stored embeddings are encoded first, in one call (each text once per run: the encoder's cache); then the
+        online completions, all of the generation batch in one call, each distinct text once."""
+        t, args = self.trainer, self.trainer.args
+        teachers = [text for start in range(0, len(rows), group_size) if rows[start].get(args.offline_embeddings_column)
+                    is None for text in rows[start].get(args.offline_completions_column) or () if isinstance(text, str)]
+        if teachers:
+            with phase(t, "oger: embed teachers"):
+                self.encoder.encode_cached(teachers)
+        with phase(t, "oger: embed online"):
+            emb, cut = self.encoder.encode_with_truncation([completion_text(c) for c in completions])
+        return emb, int(cut.sum())
+
     def transform_rollout(self, rollout, rows, mode):
         t, args = self.trainer, self.trainer.args
-        num_replace, need_div, need_entropy = self._needs(mode)
+        _, need_div, need_entropy = self._needs(mode)
         group_size = t.num_generations if mode == "train" else t.num_generations_eval
-        completion_ids, completions = list(rollout.completion_ids), list(rollout.completions)
-        logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
-        tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
-        num_rows = len(completion_ids)
+        completion_ids, num_rows = rollout.completion_ids, len(rollout.completion_ids)
         if num_rows % group_size != 0:
             raise ValueError(f"this process got {num_rows} completions, not a whole number of groups of {group_size}")
 
@@ -121,8 +136,22 @@ class OGERComponent(Component):
         last_pos = last_pos.clamp(min=1)
         entropy, deferred = self._last_token_entropy(rollout, last_pos, mode) if need_entropy else (None, False)
 
-        # Divergence (Eq. 1-5) of every online row, then hybrid replacement (§3.2), group by group
-        online_emb = self.encoder.encode([completion_text(c) for c in completions]) if need_div else None
+        online_emb, embed_cut = self._embed_online(rows, rollout.completions, group_size) if need_div else (None, 0)
+        with phase(t, "oger: divergence and replacement"):
+            rollout = self._replace(rollout, rows, mode, online_emb, entropy, last_pos if deferred else None, embed_cut)
+        if not deferred:
+            self._log_generation_metrics()
+        return rollout
+
+    def _replace(self, rollout, rows, mode, online_emb, entropy, pending_entropy, embed_cut):
+        """Divergence (Eq. 1-5) of every online row, then hybrid replacement (§3.2), group by group."""
+        t, args = self.trainer, self.trainer.args
+        num_replace, need_div, _ = self._needs(mode)
+        group_size = t.num_generations if mode == "train" else t.num_generations_eval
+        completion_ids, completions = list(rollout.completion_ids), list(rollout.completions)
+        logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
+        tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
+        num_rows = len(completion_ids)
         rng = t.step_generator(t.accelerator.process_index)
         is_offline, teacher = [False] * num_rows, [None] * num_rows
         div_values = [0.0] * num_rows
@@ -149,9 +178,7 @@ class OGERComponent(Component):
                 is_offline[i], teacher[i], div_values[i], entropy_values[i] = True, teachers[j], None, None
 
         self.generation = OGERGeneration(mode, tuple(is_offline), tuple(teacher), tuple(div_values),
-                                         tuple(entropy_values), num_truncated, need_div, last_pos if deferred else None)
-        if not deferred:
-            self._log_generation_metrics()
+                                         tuple(entropy_values), num_truncated, need_div, pending_entropy, embed_cut)
         extra_fields = {**rollout.extra_fields, "is_offline": list(is_offline)}  # read by later components
         return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
                                    tool_mask=tool_mask, extra_fields=extra_fields)
@@ -188,12 +215,22 @@ class OGERComponent(Component):
         online = [i for i, off in enumerate(gen.is_offline) if not off]
         has_entropy = bool(online) and gen.entropy[online[0]] is not None  # the same on every process
         stats = torch.tensor([sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy
-                              else 0.0, len(online), sum(gen.is_offline), len(gen.is_offline), gen.num_truncated],
-                             dtype=torch.float64, device=t.accelerator.device)
-        div_sum, ent_sum, n_online, n_offline, n_all, n_cut = t.accelerator.reduce(stats, reduction="sum").tolist()
+                              else 0.0, len(online), sum(gen.is_offline), len(gen.is_offline), gen.num_truncated,
+                              gen.num_embed_truncated], dtype=torch.float64, device=t.accelerator.device)
+        div_sum, ent_sum, n_online, n_offline, n_all, n_cut, n_embed_cut = t.accelerator.reduce(
+            stats, reduction="sum").tolist()
         metrics = t._metrics[gen.mode]
         if gen.need_divergence:
             metrics["oger/divergence_mean"].append(div_sum / max(n_online, 1.0))
+            # every generated completion was embedded (before replacement); "truncate" mode reads only its beginning
+            metrics["oger/embed_truncated_frac"].append(n_embed_cut / max(n_all, 1.0))
+            if n_embed_cut and not self._warned_embed_truncation:
+                self._warned_embed_truncation = True
+                logger.warning("%d of %d completions are longer than the embedder's max_seq_length=%d tokens and were "
+                               "embedded from their beginning only: completions that differ after it get the same "
+                               "divergence. Set OGERConfig.embedding_long_text_mode='chunk_mean' to embed them whole "
+                               "(metric oger/embed_truncated_frac)", int(n_embed_cut), int(n_all),
+                               int(self.encoder.model.max_seq_length))
         if has_entropy:
             metrics["oger/last_token_entropy_mean"].append(ent_sum / max(n_online, 1.0))
         metrics["oger/offline_fraction"].append(n_offline / max(n_all, 1.0))
@@ -215,6 +252,10 @@ class OGERComponent(Component):
         return {**batch, "tool_mask": base * (~batch["is_offline"]).unsqueeze(1).to(base.dtype)}
 
     def extra_loss(self, loss, inputs, batch, forward, mode):
+        with phase(self.trainer, "oger: policy shaping"):  # its backward is part of TRL's backward pass
+            return self._add_policy_shaping(loss, inputs, batch, forward, mode)
+
+    def _add_policy_shaping(self, loss, inputs, batch, forward, mode):
         """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation."""
         t = self.trainer
         completion_mask = inputs["completion_mask"]

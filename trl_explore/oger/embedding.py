@@ -3,13 +3,18 @@
 Offline (teacher) embeddings never change during training: :class:`TrajectoryEncoder` keeps them in
 a cache keyed by a hash of the text, so each offline trajectory is encoded once per run (or never,
 when the dataset carries a precomputed ``offline_embeddings`` column, see :func:`add_offline_embeddings`).
-Online completions are encoded every step.
+Online completions are encoded every step, each distinct text once.
 
 Long texts: the paper's encoder (bge-large-en-v1.5) reads at most 512 tokens while trajectories reach
 8k tokens. ``long_text_mode="truncate"`` (default, what the paper's pipeline does) embeds the first
-``max_seq_length`` tokens; ``"chunk_mean"`` splits the text into consecutive windows of
-``max_seq_length`` tokens, embeds each, and averages the unit-normalised window embeddings weighted by
-their token counts, so the whole trajectory counts.
+``max_seq_length`` tokens (special tokens included); ``"chunk_mean"`` splits the text into consecutive windows that
+fill ``max_seq_length`` with the special tokens, embeds each, and averages the unit-normalised window embeddings
+weighted by their token counts, so the whole trajectory counts.
+
+Each text is tokenised once, by the embedder's own tokenizer, and the windows are built from those token ids and
+fed to the model as they are: a window is never decoded and tokenised again, so it is never cut. The forward is the
+``SentenceTransformer``'s own module stack (transformer, pooling, normalisation); for texts within
+``max_seq_length`` the embeddings are ``SentenceTransformer.encode``'s (tested to 1e-5).
 """
 
 from __future__ import annotations
@@ -26,16 +31,49 @@ def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()
 
 
+def token_windows(ids: Sequence[int], window: int) -> list[list[int]]:
+    """Consecutive windows of at most ``window`` token ids that together hold all of ``ids``, in order.
+
+    Args:
+        ids: a text's token ids (special tokens excluded); may be empty.
+        window: ids per window, ``>= 1``.
+
+    Returns:
+        ``ceil(len(ids) / window)`` lists (one empty list when ``ids`` is empty).
+
+    Raises:
+        ValueError: if ``window < 1``.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1 token, got {window}")
+    ids = list(ids)
+    return [ids[start : start + window] for start in range(0, len(ids), window)] or [[]]
+
+
+def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.Tensor, num_texts: int) -> torch.Tensor:
+    """Unit-norm weighted mean of window embeddings per text (the ``chunk_mean`` pooling).
+
+    Args:
+        embeddings: ``[W, d]`` window embeddings (unit norm); owners: ``[W]`` text index of each window, in
+            ``[0, num_texts)``; weights: ``[W]`` token count of each window (``> 0``).
+
+    Returns:
+        ``[num_texts, d]`` unit-norm embeddings ``normalize(sum_w weight_w * e_w)``.
+    """
+    pooled = torch.zeros(num_texts, embeddings.size(1)).index_add_(0, owners, embeddings * weights.unsqueeze(1))
+    return torch.nn.functional.normalize(pooled, dim=1)
+
+
 class TrajectoryEncoder:
-    """Encodes trajectories into unit-norm embeddings with a sentence-transformers model.
+    """Encodes trajectories into unit-norm embeddings with a sentence-transformers text model.
 
     Args:
         model_name_or_path: a sentence-transformers model (hub id or local folder). ``"embedded"``
             selects the bundled all-MiniLM-L6-v2 (``trl_explore.defaults``).
         device: torch device for the encoder (default: CPU, or the given accelerator device).
-        batch_size: encoding batch size.
+        batch_size: encoding batch size (windows per forward pass).
         long_text_mode: ``"truncate"`` or ``"chunk_mean"`` (see the module docstring).
-        max_seq_length: tokens per window; default: the model's own ``max_seq_length``.
+        max_seq_length: tokens per window, special tokens included; default: the model's own ``max_seq_length``.
 
     The model is loaded on first use, so constructing an encoder is free.
     """
@@ -58,6 +96,7 @@ class TrajectoryEncoder:
         self.long_text_mode = long_text_mode
         self.max_seq_length = max_seq_length
         self._model = None
+        self._specials: tuple[list[int], list[int]] | None = None
         self._cache: dict[str, torch.Tensor] = {}
 
     @property
@@ -73,6 +112,7 @@ class TrajectoryEncoder:
             self._model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
             if self.max_seq_length is not None:
                 self._model.max_seq_length = self.max_seq_length
+            self._model.eval()
         return self._model
 
     @property
@@ -82,38 +122,58 @@ class TrajectoryEncoder:
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(getter())
 
-    def _encode_raw(self, texts: list[str]) -> torch.Tensor:
-        emb = self.model.encode(
-            texts, batch_size=self.batch_size, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False
-        )
-        return emb.float().cpu()
+    @property
+    def window(self) -> int:
+        """Text tokens per window: ``max_seq_length`` less the special tokens the tokenizer adds around a text."""
+        prefix, suffix = self._special_tokens()
+        window = int(self.model.max_seq_length) - len(prefix) - len(suffix)
+        if window < 1:
+            raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text tokens")
+        return window
 
-    def _encode_chunked(self, texts: list[str]) -> torch.Tensor:
-        tokenizer = self.model.tokenizer
-        window = int(self.model.max_seq_length) - 2  # room for [CLS]/[SEP]-style special tokens
-        pieces: list[str] = []
-        owners: list[int] = []
-        weights: list[float] = []
-        for i, text in enumerate(texts):
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"] or [tokenizer.unk_token_id or 0]
-            for start in range(0, len(ids), window):
-                chunk = ids[start : start + window]
-                pieces.append(tokenizer.decode(chunk))
-                owners.append(i)
-                weights.append(float(len(chunk)))
-        emb = self._encode_raw(pieces)
-        w = torch.tensor(weights).unsqueeze(1)
-        pooled = torch.zeros(len(texts), emb.size(1)).index_add_(0, torch.tensor(owners), emb * w)
-        return torch.nn.functional.normalize(pooled, dim=1)
+    def _special_tokens(self) -> tuple[list[int], list[int]]:
+        """The ids the embedder's tokenizer puts before and after a text (e.g. ``[CLS]`` / ``[SEP]``)."""
+        if self._specials is None:
+            enc = self.model.tokenizer("a", add_special_tokens=True, return_special_tokens_mask=True)
+            ids, special = enc["input_ids"], enc["special_tokens_mask"]
+            first = special.index(0)
+            last = len(special) - special[::-1].index(0)
+            self._specials = (ids[:first], ids[last:])
+        return self._specials
 
-    def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        """Embed texts without caching (online completions).
+    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each whole text, without special tokens (one call of the embedder's tokenizer)."""
+        if getattr(self.model[0], "do_lower_case", False):  # sentence-transformers' own lower-casing option
+            texts = [t.lower() for t in texts]
+        return self.model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]  # no length warning
 
-        Args:
-            texts: ``n`` strings (empty strings are allowed).
+    def _embed_windows(self, windows: list[list[int]]) -> torch.Tensor:
+        """``[W, d]`` float32 CPU unit-norm embeddings of token-id windows (each within ``window`` ids): special tokens
+        added, batches of similar lengths (longest first, as ``SentenceTransformer.encode`` sorts them)."""
+        model, tokenizer = self.model, self.model.tokenizer
+        prefix, suffix = self._special_tokens()
+        order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
+        out = torch.empty(len(windows), self.dim)
+        with_types = "token_type_ids" in tokenizer.model_input_names
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            features = tokenizer.pad([{"input_ids": prefix + windows[i] + suffix} for i in rows], return_tensors="pt")
+            if with_types:
+                features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+            features = {k: v.to(model.device) for k, v in features.items()}
+            with torch.inference_mode():
+                emb = model(features)["sentence_embedding"]
+            out[rows] = torch.nn.functional.normalize(emb.float(), dim=1).cpu()
+        return out
+
+    def encode_with_truncation(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embed texts without caching (online completions), and say which ones the embedder cut.
+
+        Identical texts are embedded once. Args: ``texts``, ``n`` strings (empty strings are allowed).
 
         Returns:
-            ``[n, d]`` float32 CPU tensor of unit-norm embeddings.
+            ``([n, d] float32 CPU unit-norm embeddings, [n] bool)``: True where the text is longer than
+            :attr:`window` tokens and ``long_text_mode="truncate"`` embedded only its beginning.
 
         Raises:
             TypeError: if an element is not a string (its index is named).
@@ -123,10 +183,31 @@ class TrajectoryEncoder:
             if not isinstance(t, str):
                 raise TypeError(f"text {i} to embed is {type(t).__name__}, expected str")
         if not texts:
-            return torch.zeros(0, self.dim)
-        if self.long_text_mode == "chunk_mean":
-            return self._encode_chunked(texts)
-        return self._encode_raw(texts)
+            return torch.zeros(0, self.dim), torch.zeros(0, dtype=torch.bool)
+        unique = list(dict.fromkeys(texts))
+        ids = self._tokenize(unique)
+        window = self.window
+        cut = torch.tensor([len(x) > window for x in ids])
+        if self.long_text_mode == "truncate":
+            emb = self._embed_windows([x[:window] for x in ids])
+        else:
+            pieces = [token_windows(x, window) for x in ids]
+            flat = [w for p in pieces for w in p]
+            owners = torch.tensor([i for i, p in enumerate(pieces) for _ in p])
+            weights = torch.tensor([float(max(len(w), 1)) for w in flat])
+            emb = pool_windows(self._embed_windows(flat), owners, weights, len(unique))
+            cut = torch.zeros_like(cut)
+        index = {t: i for i, t in enumerate(unique)}
+        rows = torch.tensor([index[t] for t in texts])
+        return emb[rows], cut[rows]
+
+    def encode(self, texts: Sequence[str]) -> torch.Tensor:
+        """Embed texts without caching (online completions): ``[n, d]`` float32 CPU unit-norm embeddings.
+
+        Raises:
+            TypeError: if an element is not a string (its index is named).
+        """
+        return self.encode_with_truncation(texts)[0]
 
     def encode_cached(self, texts: Sequence[str]) -> torch.Tensor:
         """Embed texts through the text-hash cache (offline trajectories: each encoded once).

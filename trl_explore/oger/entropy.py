@@ -7,13 +7,16 @@ sampling temperature ``T`` (``softmax(logits / T)``, before top-p/top-k filterin
 default ``T = 1``). The same convention holds on every generation path: the HF recorder below divides by ``T``,
 and with vLLM the value comes from TRL's no-grad forward, whose entropies are taken at ``T``.
 
-How it is obtained, without an extra policy forward pass when generating with transformers: a
-forward hook on the LM head records the entropy of every decoding step's last-position logits
-(``[B, V]`` per step, reduced at once to ``[B]``), and the value at step ``len_i - 1`` is kept. The cost
-is one log-softmax over the vocabulary per decoding step, next to the step's full forward pass.
+How it is obtained, without an extra policy forward pass when generating with transformers: hooks keep, for each
+row still generating, the logits of its latest decoding step (:class:`LastTokenEntropyRecorder`), and the entropy is
+taken once per row when generation ends: one ``[B, V]`` entropy per batch instead of one per decoding step. The
+value is the same as an entropy taken at every step and read at step ``len_i - 1`` (tested against HF's per-step
+logits and a teacher-forced forward).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -55,63 +58,111 @@ def last_token_values(per_step: torch.Tensor, lengths: torch.Tensor) -> torch.Te
 
 
 class LastTokenEntropyRecorder:
-    """Records, during ``model.generate``, the entropy of each decoding step's next-token distribution.
+    """Records, during one ``model.generate`` call, the logits that produced each row's last token(s).
 
-    Use as a context manager around one ``generate`` call on a causal LM; afterwards
-    ``per_step_entropy`` is ``[B, T_gen]`` (step ``t`` produced completion token ``t``) and
-    :meth:`last_token_entropy` gives ``H_last`` per row. The hook is removed on exit, also on errors.
+    Use as a context manager around one ``generate`` call on a causal LM; afterwards :meth:`last_token_entropy`
+    gives ``H_last`` per row. Two hooks: a forward hook on the LM head reads each decoding step's last-position
+    logits ``[B, V]``, and a forward pre-hook on the input embeddings reads the token sampled at the previous step
+    (the next step's input). A row is live until it samples a token of ``eos_token_ids`` (where TRL cuts the
+    completion); each step keeps its logits for the live rows only (``torch.where``, no reduction), so when
+    generation ends every row holds the logits of its final step, and the entropy is taken once, on ``[B, V]``,
+    instead of at every step. ``keep_previous`` also keeps the step before (``OGERConfig.last_token="before_eos"``).
+
+    Cost per decoding step: one (two with ``keep_previous``) ``[B, V]`` select; memory: one (two) ``[B, V]`` logits
+    tables in the model's dtype. ``seconds`` is the time spent in the hooks (the ``oger: H_last (generate hooks)``
+    phase). The hooks are removed on exit, also on errors.
 
     Args:
-        model: the (unwrapped) causal LM; its ``get_output_embeddings()`` module is hooked.
+        model: the (unwrapped) causal LM (``get_output_embeddings()`` and ``get_input_embeddings()`` are hooked).
         temperature: the sampling temperature ``T > 0``; entropies are of ``softmax(logits / T)`` (default 1).
+        eos_token_ids: the ids that end a completion (TRL's ``trainer.eos_token_ids``).
+        keep_previous: also keep each row's logits of the step before its last one.
     """
 
-    def __init__(self, model: torch.nn.Module, temperature: float = 1.0):
+    def __init__(self, model: torch.nn.Module, temperature: float = 1.0, eos_token_ids=(), keep_previous: bool = False):
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = float(temperature)
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        if head is None:
-            raise ValueError(f"{type(model).__name__} has no output embeddings (LM head) to record entropies from")
-        self._head = head
-        self._steps: list[torch.Tensor] = []
-        self._handle = None
+        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        if head is None or embed is None:
+            raise ValueError(f"{type(model).__name__} has no LM head or input embeddings to record entropies from")
+        self._head, self._embed = head, embed
+        self._eos = torch.tensor(sorted({int(i) for i in eos_token_ids}), dtype=torch.long)
+        self.keep_previous = keep_previous
+        self._handles: list = []
+        self._reset()
 
-    def _hook(self, module, args, output):
-        logits = output[0] if isinstance(output, tuple) else output
-        last = logits[:, -1, :].detach()
-        if self.temperature != 1.0:
-            last = last.float() / self.temperature
-        self._steps.append(entropy_from_logits(last))
+    def _reset(self) -> None:
+        self.num_steps, self.seconds = 0, 0.0
+        self._live = self._held = self._held_step = self._prev = self._prev_step = None
+
+    def _on_input_ids(self, module, args):
+        if self.num_steps == 0:
+            return  # the prefill: prompt tokens, nothing sampled yet
+        start = time.perf_counter()
+        input_ids = args[0] if args else None
+        if input_ids is None or input_ids.dim() != 2 or input_ids.size(1) != 1:
+            raise RuntimeError("OGER's H_last recorder expects one new token per decoding step after the prefill; "
+                               "chunked prefill, assisted decoding and inputs_embeds are not supported")
+        self._live = self._live & ~torch.isin(input_ids[:, 0], self._eos)
+        self.seconds += time.perf_counter() - start
+
+    def _on_logits(self, module, args, output):
+        start = time.perf_counter()
+        logits = (output[0] if isinstance(output, tuple) else output)[:, -1, :].detach()
+        step = self.num_steps
+        if step == 0:
+            rows = logits.size(0)
+            self._eos = self._eos.to(logits.device)
+            self._live = torch.ones(rows, dtype=torch.bool, device=logits.device)
+            self._held, self._held_step = logits, torch.zeros(rows, dtype=torch.long, device=logits.device)
+            if self.keep_previous:
+                self._prev, self._prev_step = logits, torch.full_like(self._held_step, -1)
+        else:
+            live = self._live
+            if self.keep_previous:
+                self._prev = torch.where(live.unsqueeze(1), self._held, self._prev)
+                self._prev_step = torch.where(live, self._held_step, self._prev_step)
+            self._held = torch.where(live.unsqueeze(1), logits, self._held)
+            self._held_step = torch.where(live, step, self._held_step)
+        self.num_steps = step + 1
+        self.seconds += time.perf_counter() - start
 
     def __enter__(self) -> LastTokenEntropyRecorder:
-        self._steps = []
-        self._handle = self._head.register_forward_hook(self._hook)
+        self._reset()
+        self._handles = [self._embed.register_forward_pre_hook(self._on_input_ids),
+                         self._head.register_forward_hook(self._on_logits)]
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
-
-    @property
-    def per_step_entropy(self) -> torch.Tensor:
-        """``[B, T_gen]`` entropies (nats); empty ``[0, 0]`` if nothing was recorded."""
-        if not self._steps:
-            return torch.zeros(0, 0)
-        return torch.stack(self._steps, dim=1)
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def last_token_entropy(self, lengths: torch.Tensor) -> torch.Tensor:
-        """``[B]`` entropy of the step that produced each row's last token, given ``[B]`` lengths.
+        """``[B]`` float32 CPU entropy (nats) of the step that produced token ``lengths - 1`` of each row.
+
+        Args:
+            lengths: ``[B]`` positions, the completion lengths (or one less with ``keep_previous``, for the token
+                before a final EOS), each in ``[1, steps]``.
 
         Raises:
-            RuntimeError: if the recorded batch size does not match, or fewer steps were recorded
-                than the longest completion (e.g. a generation backend that bypasses the LM head).
+            RuntimeError: if nothing was recorded, the batch size differs, or a row's step was not kept (a length
+                that does not end where the row sampled its first EOS or reached the step limit).
         """
-        steps = self.per_step_entropy
-        if steps.size(0) != lengths.numel() or steps.size(1) < int(lengths.max()):
-            raise RuntimeError(
-                f"recorded entropies of shape {tuple(steps.shape)} do not cover {lengths.numel()} completions "
-                f"of up to {int(lengths.max())} tokens"
-            )
-        return last_token_values(steps, lengths)
+        if self._held is None:
+            raise RuntimeError("OGER's H_last recorder saw no decoding step (a backend that bypasses the LM head?)")
+        want = lengths.to(self._held_step.device).long() - 1
+        if want.numel() != self._held.size(0):
+            raise RuntimeError(f"recorded {self._held.size(0)} rows, asked for {want.numel()} completions")
+        use_held = self._held_step == want
+        found = use_held | (self._prev_step == want) if self.keep_previous else use_held
+        if not bool(found.all()):
+            rows = torch.nonzero(~found).flatten().tolist()
+            raise RuntimeError(f"H_last of rows {rows}: the decoding steps {want[~found].tolist()} were not kept "
+                               f"(kept: {self._held_step[~found].tolist()}); lengths must end at the first EOS")
+        logits = self._held if not self.keep_previous else torch.where(use_held.unsqueeze(1), self._held, self._prev)
+        if self.temperature != 1.0:
+            logits = logits.float() / self.temperature
+        return entropy_from_logits(logits).cpu()
