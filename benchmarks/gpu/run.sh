@@ -11,7 +11,10 @@
 # the GPU; 3. benchmarks/overhead.py with the five variants (grpo, oger_off, oger_noreward, oger_full, ase)
 # interleaved, on a randomly initialised Qwen2.5-1.5B-shaped policy in bf16 (vocabulary of the carried SmolLM2
 # tokenizer) and a randomly initialised bge-large-shaped embedder for OGER: 8 prompts x 8 generations, 256-token
-# completions, 1 warm-up + 1 measured step per run, up to 3 repeats while the time budget allows.
+# completions, 1 warm-up + 1 measured step per run, up to 5 repeats while the time budget allows. The results hold
+# the step ratios, the rollout ratios and OGER's own phases ("oger: ..." timers: embedding, H_last hooks inside
+# generate and the final entropy, divergence and replacement, policy shaping; TRL's oger_reward) as fractions of the
+# GRPO step, with min-max over repeats: the same tables as the CPU runs.
 # Output: $OUT/overhead_h200.{json,md} (rewritten after every run), $OUT/env.txt, $OUT/run.log.
 set -uo pipefail
 tiny=0
@@ -83,7 +86,7 @@ else
     # least one full repeat of the five variants fits; at 10 s a step, two.
     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     args=(--model qwen2.5-1.5b --device cuda --dtype bfloat16 --embedder bge-large-random
-          --batch-size 64 --max-completion-length 256 --repeats 3 --steps 1 --time-budget 360
+          --batch-size 64 --max-completion-length 256 --repeats 5 --steps 1 --time-budget 360
           --out "$out/overhead_h200")
     limit=410
 fi

@@ -68,8 +68,9 @@ class LastTokenEntropyRecorder:
     generation ends every row holds the logits of its final step, and the entropy is taken once, on ``[B, V]``,
     instead of at every step. ``keep_previous`` also keeps the step before (``OGERConfig.last_token="before_eos"``).
 
-    Cost per decoding step: one (two with ``keep_previous``) ``[B, V]`` select; memory: one (two) ``[B, V]`` logits
-    tables in the model's dtype. ``seconds`` is the time spent in the hooks (the ``oger: H_last (generate hooks)``
+    Cost per decoding step: nothing while every row is live (references to the step's logits, which ``generate``
+    allocates anew at every step), then one (two with ``keep_previous``) ``[B, V]`` select; memory: one (two)
+    ``[B, V]`` logits tables in the model's dtype. ``seconds`` is the time spent in the hooks (the ``oger: H_last (generate hooks)``
     phase). The hooks are removed on exit, also on errors.
 
     Args:
@@ -119,6 +120,10 @@ class LastTokenEntropyRecorder:
             self._held, self._held_step = logits, torch.zeros(rows, dtype=torch.long, device=logits.device)
             if self.keep_previous:
                 self._prev, self._prev_step = logits, torch.full_like(self._held_step, -1)
+        elif bool(self._live.all()):  # every row still generating (most steps): keep references, no copy
+            if self.keep_previous:
+                self._prev, self._prev_step = self._held, self._held_step
+            self._held, self._held_step = logits, torch.full_like(self._held_step, step)
         else:
             live = self._live
             if self.keep_previous:
