@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import pathlib
@@ -277,6 +278,7 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
 
 def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
     clock = _StepClock()
+    gc.collect()  # the previous run's model and trainer: collected here, not inside this run's measured steps
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(model_kind, tokenizer, a.seed, a.device, getattr(torch, a.dtype))
         if a.device.startswith("cuda"):

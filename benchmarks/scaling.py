@@ -16,8 +16,10 @@ What is measured (medians over ``--repeats``, min-max shown; one prompt per step
      bge-base's shape (12 layers, 768-d) and bge-large's shape (24 layers, 1024-d, the paper's encoder), both
      reading 512 word pieces (``benchmarks/bench_models.py``). Texts are real teacher solutions from CHAMP, cut
      to L tokens of the SmolLM2 tokenizer.
-   * ``H_last``: the work of the last-token-entropy hook during generation, ``entropy_from_logits`` on one
-     ``[N, V]`` logits table per decoding step (V = 49,152), L times.
+   * ``H_last``: the work of the last-token-entropy recorder, ``entropy_from_logits`` on one ``[N, V]`` logits
+     table (V = 49,152) once per generation, plus its per-step keep of the live rows' logits (one ``[N, V]``
+     select per decoding step once a row has ended), L times. (Results files from before issue 13 hold the old
+     hook: one entropy per decoding step.)
    * per prompt group, for M offline trajectories: ``offline lookup`` (``encode_cached`` on a warm cache: hashing
      the M teacher texts), ``divergence`` (Eq. 3-5 on ``[N, d] x [M, d]``), ``reward`` (``OGERRewardFunction``
      with the divergence and entropy given and a stub verifier: math-verify runs for GRPO anyway and is
@@ -175,9 +177,13 @@ def measure_entropy(vocab_size: int, points, repeats: int, log) -> list[dict]:
     for n, length in points:
         logits = torch.randn(n, vocab_size)
 
-        def hook_work(logits=logits, length=length):
+        live = torch.arange(n) % 2 == 0
+
+        def hook_work(logits=logits, length=length, live=live):
+            held = logits
             for _ in range(length):
-                entropy_from_logits(logits)
+                held = torch.where(live.unsqueeze(1), logits, held)
+            entropy_from_logits(held)
 
         seconds = timed(hook_work, repeats)
         rows.append({"N": n, "L": length, "V": vocab_size, "seconds": seconds})

@@ -72,12 +72,19 @@ def record_replacements(monkeypatch):
     return calls
 
 
-def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacements):
+def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacements, monkeypatch):
+    from trl.extras.profiling import ProfilingContext
+
     model = make_tiny_causal_lm(smollm2_tokenizer)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     args = _config(tmp_path, log_completions=True, num_completions_to_print=0)
     trainer = OGERTrainer(model, args=args, train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+    phases = []  # TRL's phase timers, OGER's own included
+    monkeypatch.setattr(ProfilingContext, "_log_metrics", lambda self, duration: phases.append(self.name))
     trainer.train()
+    oger_phases = {"oger: H_last (generate hooks)", "oger: H_last", "oger: embed teachers", "oger: embed online",
+                   "oger: divergence and replacement", "oger: policy shaping"}
+    assert {name.split(".", 1)[1] for name in phases if ".oger: " in name} == oger_phases
 
     # 2 steps x 1 group per step (4 rows = one prompt's group)
     assert len(record_replacements) == 2

@@ -2,9 +2,9 @@
 
 Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths: ``exploration``
 (Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``OGERRewardFunction``
-(Eq. 7-8). Extension points: ``rollout_context`` (entropy of the sampling distribution, steered or not, at each
-decoding step), ``transform_rollout`` (H_last and divergence of every online row; the ``k`` least divergent rows of
-each group replaced by teacher trajectories), ``on_scoring_forward`` (H_last from TRL's scoring forward with vLLM),
+(Eq. 7-8). Extension points: ``rollout_context`` (the logits of each row's last decoding step, steered or not),
+``transform_rollout`` (H_last and divergence of every online row; the ``k`` least divergent rows of each group
+replaced by teacher trajectories), ``on_scoring_forward`` (H_last from TRL's scoring forward with vLLM),
 ``reward_fields`` / ``batch_fields`` (per-completion values, ``is_offline``), ``loss_inputs`` / ``extra_loss``
 (offline rows leave TRL's objective and are trained by policy shaping).
 """
