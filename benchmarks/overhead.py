@@ -76,7 +76,7 @@ VARIANTS = ["grpo", "oger_off", "oger_noreward", "oger_full", "ase"]
 
 # (name, numerator, denominator, kind, target) ; kind "max": ratio <= target; "throughput": den/num >= target
 TARGETS = [
-    ("OGER full / GRPO (step time; issue 13: tiny model)", "oger_full", "grpo", "max", 1.05),
+    ("OGER full / GRPO (step time; issue 13's target on the tiny model)", "oger_full", "grpo", "max", 1.05),
     ("OGER full / OGER reward-off (replacement kept)", "oger_full", "oger_noreward", "max", 1.03),
     ("ASE / GRPO (step time)", "ase", "grpo", "max", 1.02),
     ("OGER both-off throughput / GRPO throughput", "oger_off", "grpo", "throughput", 0.98),
