@@ -184,6 +184,12 @@ def test_checkpoint_inside_a_generation_with_unstorable_batch_warns(tmp_path, sm
     trainer._step = 2  # at a generation boundary nothing is buffered for the next step
     trainer._save_rng_state(str(tmp_path / "checkpoint-2"))
     assert load_generation_state(str(tmp_path / "checkpoint-2"), 0, "cpu") == (2, None)
+    trainer.use_vllm, trainer.args.vllm_mode = True, "server"  # the server's sampler state is not in a checkpoint
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver"):
+        for step in (3, 4):
+            trainer._save_rng_state(str(tmp_path / f"checkpoint-{step}"))
+    assert caplog.text.count("vLLM server's sampler state") == 1  # once per run
 
 
 @pytest.mark.slow

@@ -104,8 +104,10 @@ OTHER_SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     # "module:Class.method" -> lines its source must contain
     # the generation state is written with the RNG state, for every process, only in checkpoints
     "transformers.trainer:Trainer._save_checkpoint": ("self._save_rng_state(output_dir)",),
-    # trl_explore.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per iteration
-    "trl.trainer.utils:RepeatSampler.__init__": ("self.generator.manual_seed(seed)",),
+    # trl_explore.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per iteration;
+    # it reads the sampler's shuffle, seed, generator and num_samples
+    "trl.trainer.utils:RepeatSampler.__init__": ("self.shuffle = shuffle", "self.seed = seed",
+                                                 "self.generator.manual_seed(seed)"),
     "trl.trainer.utils:RepeatSampler.__iter__": ("indexes = torch.randperm(self.num_samples, generator=self.generator)",),
 }
 
