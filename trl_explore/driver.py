@@ -48,7 +48,7 @@ from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.hub import create_model_card
 from trl_explore.resume import EpochSampler, UnstorableBatch, load_generation_state, save_generation_state
-from trl_explore.rewards.checks import check_finite_rewards
+from trl_explore.rewards.checks import check_finite_rewards, not_scored_counts
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,39 @@ def _contexts(stack: contextlib.ExitStack, contexts) -> None:
             stack.enter_context(context)
 
 
+def _column_names(dataset) -> set[str]:
+    """The columns of a ``Dataset``, ``IterableDataset`` (when its features are known) or list of row dicts."""
+    names = getattr(dataset, "column_names", None)
+    if names is None and isinstance(dataset, (list, tuple)) and dataset and isinstance(dataset[0], dict):
+        names = list(dataset[0])
+    return set(names or ())
+
+
+def check_column_clash(datasets: dict, components) -> None:
+    """Refuse a dataset column that a component would overwrite in the reward inputs.
+
+    Args:
+        datasets: ``{"train_dataset": ..., "eval_dataset": ...}`` (None values and dicts of datasets allowed).
+        components: the trainer's components; each lists its keys in ``reward_field_names``.
+
+    Raises:
+        ValueError: naming the dataset, the column and the component.
+    """
+    for where, dataset in datasets.items():
+        parts = dataset.items() if isinstance(dataset, dict) else [(None, dataset)]
+        for key, part in parts:
+            columns = _column_names(part)
+            for component in components:
+                clash = sorted(columns & set(component.reward_field_names))
+                if clash:
+                    name = where if key is None else f"{where}[{key!r}]"
+                    raise ValueError(
+                        f"{name} has column(s) {clash}, which {type(component).__name__} adds to the reward "
+                        f"functions' inputs itself; rename the column(s) (the component's fields are "
+                        f"{list(component.reward_field_names)})"
+                    )
+
+
 class ExplorationTrainer(GRPOTrainer):
     """``GRPOTrainer`` driving ``components`` (a list of :class:`Component`) in list order.
 
@@ -84,6 +117,7 @@ class ExplorationTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         check_launch(self.accelerator)  # DeepSpeed/FSDP launches that Accelerate would not run as launched
         self.components = list(components)
+        check_column_clash({"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset}, self.components)
         for component in self.components:
             component.bind(self)
         self.add_callback(_StepEnd(self.components))
@@ -179,6 +213,8 @@ class ExplorationTrainer(GRPOTrainer):
             inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
+        for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
+            self._metrics[mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
         for component in self.components:
             component.on_rewards(rewards_per_func, completions, mode)
         return rewards_per_func
