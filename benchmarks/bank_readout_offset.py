@@ -1,19 +1,32 @@
-"""How much of ASE's mean contrast-pair difference is the route offset ``alpha * (v_s - v_s')`` (steered readouts).
+"""How much of ASE's mean contrast-pair difference the route offset ``alpha * (v_s - v_s')`` makes (steered readouts).
 
-Run (CPU, offline): ``python benchmarks/bank_readout_offset.py [--steps 8] [--prompts 4] [--threads 2]``
+Run (CPU, offline): ``python benchmarks/bank_readout_offset.py [--lengths 128 256] [--draws 1000] [--threads 2]``
 
-Trains the ASE CPU demo (``recipes/ase_grpo_smollm2_champ_cpu.yaml``: SmolLM2-135M on CHAMP, N = 4 over 4 routes,
-alpha 0.5, 128 tokens) with ``bank_readouts="steered"`` (the bank as it was built before the option existed) and
-``min_pairs_per_cluster=1``, and records at every bank update the clean readouts, the offsets ``alpha * v_route`` of
-the rollouts, R_m and the problem ids. For every update made after the bank first became active (so rollouts are
-steered), over the within-problem pairs the bank forms, with ``c_p = clean_pos - clean_neg`` and
-``o_p = offset_pos - offset_neg`` (the steered difference is ``c_p + o_p``):
+A replay of the ASE CPU demo's first steered update, on the demo's own rollouts. A training run of the demo
+(``recipes/ase_grpo_smollm2_champ_cpu.yaml``) rarely gets there on a CPU: SmolLM2-135M scores 4 of 120 CHAMP samples
+at the demo's 128 tokens, so most steps have no contrast pair, and one step took over 20 minutes on the shared 2-core
+host. The replay takes the 120 rollouts of ``benchmarks/results/demo_solve_rate/`` (30 CHAMP training problems x 4
+samples of the embedded policy at the demo's sampling settings, saved by ``benchmarks/demo_solve_rate.py``) and:
 
-* ``mean_norm_share``: ``||mean_p o_p|| / ||mean_p (c_p + o_p)||``;
-* ``mean_projection_share``: the part of the mean steered difference along itself that ``o`` makes,
-  ``<mean o, mean d> / ||mean d||^2``;
-* ``pair_norm_share``: mean over pairs of ``||o_p|| / ||c_p + o_p||``;
-* ``cross_route_pairs``: the fraction of pairs whose two rollouts ran on different routes (``o_p != 0``).
+1. grades them with the trainers' ``math_reward`` at ``--lengths`` tokens (the demo: 128);
+2. reads their clean block-0 outputs at ``f = 0.25`` of each response with the policy (``ActivationSteeringGenerator
+   .score`` on the clean route: the readout TRL's training forward gives the bank);
+3. builds the bank the demo would build from them (K = 3, PCA 64, 16 K-means restarts, seed 42,
+   ``min_pairs_per_cluster=1``: the bank as it was before the option);
+4. routes each problem's 4 rollouts as the demo does (one per route 0..3; which sample gets which route drawn at
+   random, ``--draws`` times) and, over the bank's within-problem pairs, with ``c_p = clean_pos - clean_neg`` and
+   ``o_p = alpha * (v_route(pos) - v_route(neg))`` (the steered difference is ``d_p = c_p + o_p``), reports the mean
+   over draws of:
+
+   * ``mean_norm_share``: ``||mean_p o_p|| / ||mean_p d_p||``;
+   * ``mean_projection_share``: the part of the mean steered difference, along itself, that the offset makes,
+     ``<mean o, mean d> / ||mean d||^2``;
+   * ``pair_norm_share``: mean over pairs of ``||o_p|| / ||d_p||``;
+
+   plus the applied strength ``alpha ||v_k|| / median ||clean readout||`` of each vector.
+
+Caveat: the rollouts were sampled unsteered; in a run the steered rollouts would also differ in their tokens. The
+offset term does not depend on the tokens (it is the bank's own vectors), the clean term does.
 
 Writes ``benchmarks/results/bank_readout_offset.json`` (``--out``).
 """
@@ -21,109 +34,110 @@ Writes ``benchmarks/results/bank_readout_offset.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
-import sys
-import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+ROLLOUTS = REPO / "benchmarks" / "results" / "demo_solve_rate" / "completions.jsonl"
+ALPHA, NUM_VECTORS, FRACTION, SEED = 0.5, 3, 0.25, 42  # the demo recipe's values
 
 
-def offset_shares(clean, offsets, problem_ids, rewards) -> dict | None:
-    """The figures above for one update (``clean``, ``offsets``: ``[B, d]``); ``None`` without a pair."""
-    import torch
-
-    from trl_explore.ase.bank import contrast_pairs
-
-    pairs = contrast_pairs(problem_ids, rewards)
-    if len(pairs) == 0:
-        return None
+def offset_shares(clean, offsets, pairs) -> dict:
+    """The three shares above for one route draw (``clean``, ``offsets``: ``[B, d]``; ``pairs``: ``[P, 2]``)."""
     c = clean[pairs[:, 0]] - clean[pairs[:, 1]]
     o = offsets[pairs[:, 0]] - offsets[pairs[:, 1]]
-    d = c + o
-    mean_o, mean_d = o.mean(0).double(), d.mean(0).double()
-    return {
-        "num_pairs": len(pairs),
-        "mean_norm_share": float(mean_o.norm() / mean_d.norm()),
-        "mean_projection_share": float(mean_o @ mean_d / mean_d.dot(mean_d)),
-        "pair_norm_share": float((o.norm(dim=1) / d.norm(dim=1)).mean()),
-        "cross_route_pairs": float((o.abs().sum(1) > 0).double().mean()),
-        "mean_clean_norm": float(mean_d.sub(mean_o).norm()),
-        "mean_offset_norm": float(mean_o.norm()),
-        "median_readout_norm": float(torch.quantile(clean.double().norm(dim=1), 0.5)),
-    }
+    d = (c + o).double()
+    mean_o, mean_d = o.double().mean(0), d.mean(0)
+    return {"mean_norm_share": float(mean_o.norm() / mean_d.norm()),
+            "mean_projection_share": float(mean_o @ mean_d / mean_d.dot(mean_d)),
+            "pair_norm_share": float((o.double().norm(dim=1) / d.norm(dim=1)).mean())}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per step (4 rollouts each)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "bank_readout_offset.json"))
     args = parser.parse_args()
 
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_explore.ase.bank import SteeringVectorBank, applied_strength, contrast_pairs
+    from trl_explore.ase.steering import ActivationSteeringGenerator
+    from trl_explore.data.loading import load_split
+    from trl_explore.defaults import default_policy_path
+    from trl_explore.rewards.math_verify_reward import math_reward
 
     torch.set_num_threads(args.threads)
-    from trl import ModelConfig, TrlParser
-
-    from trl_explore import ASEConfig
-    from trl_explore.ase.component import ASEComponent
-
-    spec = importlib.util.spec_from_file_location("train_ase_grpo", REPO / "examples" / "train_ase_grpo.py")
-    example = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = example  # dataclasses look their module up
-    spec.loader.exec_module(example)
-
-    records = []
-    original = ASEComponent._update_bank
-
-    def recording_update(self):
-        step = self.step
-        offsets = None if step.offsets is None else step.offsets.clone()
-        records.append({"step": self.trainer.state.global_step, "clean": step.readouts.clone(), "offsets": offsets,
-                        "valid": step.valid.clone(), "correct": step.correct.clone(),
-                        "problem_ids": list(step.problem_ids)})
-        return original(self)
-
-    ASEComponent._update_bank = recording_update
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as output_dir:
-        argv = ["--config", str(example.DEMO_RECIPE), "--output_dir", output_dir, "--max_steps", str(args.steps),
-                "--per_device_train_batch_size", str(4 * args.prompts), "--bank_readouts", "steered",
-                "--min_pairs_per_cluster", "1", "--log_completions", "false", "--report_to", "none"]
-        parser = TrlParser((example.ScriptArguments, ASEConfig, ModelConfig))
-        trainer = example.main(*parser.parse_args_and_config(args=argv))
-    elapsed = time.perf_counter() - start
-
-    updates = []
-    for record in records:
-        keep = (record["valid"] & torch.isfinite(record["correct"])).nonzero().squeeze(1)
-        entry = {"step": record["step"], "steered": record["offsets"] is not None}
-        if record["offsets"] is not None:
-            shares = offset_shares(record["clean"][keep], record["offsets"][keep],
-                                   [record["problem_ids"][i] for i in keep.tolist()], record["correct"][keep])
-            entry.update(shares or {"num_pairs": 0})
-        updates.append(entry)
-    measured = [u for u in updates if u.get("num_pairs", 0) > 0 and u["steered"]]
-    weights = [u["num_pairs"] for u in measured]
-    pooled = {key: sum(u[key] * w for u, w in zip(measured, weights)) / sum(weights)
-              for key in ("mean_norm_share", "mean_projection_share", "pair_norm_share", "cross_route_pairs")
-              } if measured else {}
-    result = {"recipe": "recipes/ase_grpo_smollm2_champ_cpu.yaml", "steps": args.steps, "prompts_per_step": args.prompts,
-              "bank_readouts": "steered", "min_pairs_per_cluster": 1, "seconds": round(elapsed, 1),
-              "bank_diagnostics": trainer.bank_diagnostics, "updates": updates,
-              "pair_weighted_mean_over_steered_updates": pooled}
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({"updates": updates, "pooled": pooled, "seconds": round(elapsed, 1)}, indent=2))
+    rows = [json.loads(line) for line in ROLLOUTS.read_text().splitlines()]
+    prompts = {r["problem_id"]: r["prompt"] for r in load_split("champ", "train")}
+    tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
+    model = AutoModelForCausalLM.from_pretrained(default_policy_path(), dtype=torch.float32).eval()
+    steerer = ActivationSteeringGenerator(model, layer=0, alpha=ALPHA)
+    prompt_ids = {pid: tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)
+                  for pid, p in prompts.items() if pid in {r["problem_id"] for r in rows}}
+    prompt_ids = {pid: list(ids["input_ids"] if hasattr(ids, "keys") else ids) for pid, ids in prompt_ids.items()}
+    problem_ids = [r["problem_id"] for r in rows]
+    results = {}
+    for length in args.lengths:
+        completions = [r["completion_ids"][:length] or [tokenizer.eos_token_id] for r in rows]
+        texts = [[{"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}]
+                 for ids in completions]
+        rewards = torch.tensor([float(x or 0.0) for x in math_reward(completions=texts, answer=[r["answer"] for r in rows])])
+        readouts = []
+        for first in range(0, len(rows), 8):  # clean readouts, 8 rows per forward
+            batch = range(first, min(first + 8, len(rows)))
+            p_len = max(len(prompt_ids[problem_ids[i]]) for i in batch)
+            c_len = max(len(completions[i]) for i in batch)
+            p = torch.full((len(batch), p_len), tokenizer.pad_token_id)
+            pm = torch.zeros_like(p)
+            c = torch.full((len(batch), c_len), tokenizer.pad_token_id)
+            cm = torch.zeros_like(c)
+            for j, i in enumerate(batch):
+                ids = prompt_ids[problem_ids[i]]
+                p[j, p_len - len(ids):], pm[j, p_len - len(ids):] = torch.tensor(ids), 1
+                c[j, : len(completions[i])], cm[j, : len(completions[i])] = torch.tensor(completions[i]), 1
+            _, read = steerer.score(p, pm, c, cm, torch.zeros(len(batch), dtype=torch.long),
+                                    torch.zeros(0, model.config.hidden_size), temperature=1.0, readout_fraction=FRACTION)
+            readouts.append(read)
+        clean = torch.cat(readouts)
+        bank = SteeringVectorBank(clean.shape[1], NUM_VECTORS, pca_dim=64, kmeans_n_init=16, seed=SEED, num_threads=1)
+        diagnostics = bank.update(clean, problem_ids, rewards)
+        entry = {"correct_samples": int((rewards > 0.5).sum()), "diagnostics": diagnostics}
+        if bank.activate():
+            vectors = bank.vectors
+            pairs = contrast_pairs(problem_ids, rewards)
+            table = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # route 0 = clean
+            groups = {}
+            for i, pid in enumerate(problem_ids):
+                groups.setdefault(pid, []).append(i)
+            generator = torch.Generator().manual_seed(SEED)
+            draws = []
+            for _ in range(args.draws):
+                routes = torch.zeros(len(rows), dtype=torch.long)
+                for members in groups.values():  # one rollout per route, which one drawn at random
+                    routes[torch.tensor(members)] = torch.randperm(len(members), generator=generator) % (NUM_VECTORS + 1)
+                draws.append(offset_shares(clean, ALPHA * table[routes], pairs))
+            entry.update({key: sum(d[key] for d in draws) / len(draws) for key in draws[0]})
+            entry["num_pairs"] = len(pairs)
+            entry["vector_norms"] = vectors.norm(dim=1).tolist()
+            entry["median_readout_norm"] = float(torch.quantile(clean.double().norm(dim=1), 0.5))
+            entry["applied_strength"] = applied_strength(vectors, ALPHA, clean).tolist()
+            entry["mean_clean_pair_difference_norm"] = float((clean[pairs[:, 0]] - clean[pairs[:, 1]]).mean(0).norm())
+        results[str(length)] = entry
+    result = {"rollouts": str(ROLLOUTS.relative_to(REPO)), "alpha": ALPHA, "K": NUM_VECTORS, "f": FRACTION,
+              "draws": args.draws, "seconds": round(time.perf_counter() - start, 1), "by_completion_tokens": results}
+    pathlib.Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -50,11 +50,12 @@ class ASEConfig(GRPOConfig):
             all (at most `(N/2)^2` per problem).
         min_pairs_per_cluster (`int`, defaults to `4`):
             A bank update is skipped (the bank kept, `ase/skipped_updates` counted, a line logged) when a K-means
-            cluster holds fewer pairs than this. Each vector is the mean difference of its cluster: from one pair
-            it is a single raw difference, as large as the activations it is added to (CPU demo: norm 44.7
-            against a median per-token norm of 44 at block 0), and steering with it derails generation. 4 halves
-            the per-pair noise of a mean; with the paper's batches (128 prompts, up to 16 pairs each) clusters
-            hold far more. 1 only requires every cluster to be non-empty. The paper gives no minimum.
+            cluster holds fewer pairs than this. Each vector is the mean difference of its cluster: from one or a
+            few pairs it is about as large as the activations it is added to (a replay of the CPU demo's first
+            update, 10 pairs in clusters of 3 to 4: vectors of norm 30 to 84 against a median readout norm of 43,
+            `benchmarks/bank_readout_offset.py`). 4 halves the per-pair noise of a mean; with the paper's batches
+            (128 prompts, up to 16 pairs each) clusters hold far more. 1 only requires every cluster to be
+            non-empty. The paper gives no minimum. Watch `ase/route_<s>_applied_strength` to choose alpha.
         bank_readouts (`str`, defaults to `"clean"`):
             Which block-L readout a rollout contributes to the bank. `"clean"`: the unsteered block output along
             the rollout's tokens (what TRL's training forward computes). `"steered"`: the activation the rollout

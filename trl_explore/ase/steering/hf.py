@@ -168,7 +168,8 @@ class ActivationSteeringGenerator(SteeringBackend):
     * Readouts are the STEERED block outputs, i.e. the activations of the rollout trajectories as the
       behaviour policy produced them (ASE paper §3.2 builds the bank from "activations of the rollout
       trajectories"). Since nothing upstream of block ``layer`` is steered, the clean readout is
-      exactly ``readout - alpha * v_route`` if a caller wants it.
+      exactly ``readout - alpha * v_route`` if a caller wants it (the trainer's bank uses the clean one by
+      default: ``ASEConfig.bank_readouts``).
     * The hook counts its calls (:attr:`hook_calls`) and a pre-hook counts the model's forward passes
       (:attr:`forward_calls`); leaving :meth:`steering` normally with a non-clean route raises if the
       hook never ran or ran on fewer passes than the model (compiled / graph-captured decoding can
