@@ -57,9 +57,8 @@ def absolute_position_owner(model: nn.Module) -> nn.Module | None:
     from trl_explore.ase.steering import unwrap_model
 
     for module in unwrap_model(model).modules():
-        for name in ABSOLUTE_POSITION_TABLES:
-            if isinstance(getattr(module, name, None), nn.Module):
-                return module
+        if any(module._modules.get(name) is not None for name in ABSOLUTE_POSITION_TABLES):  # registered children
+            return module
     return None
 
 
