@@ -304,6 +304,20 @@ def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     assert torch.equal(table, state["active"]) and routes.tolist() == [0, 0, 1, 1, 2, 2]
 
 
+def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokenizer, caplog):
+    # 2 prompts x 6 rollouts give at most 18 pairs: 2 clusters of 10 can never be filled
+    trainer = _trainer(tmp_path, smollm2_tokenizer, max_steps=1, min_pairs_per_cluster=10)
+    with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
+        trainer.train()
+    (diagnostics,) = trainer.bank_diagnostics
+    assert diagnostics["skipped"] == 1.0 and diagnostics["num_pairs"] > 0
+    assert trainer.bank.vectors is None and trainer.bank.pending_vectors is None
+    assert (f"{int(diagnostics['num_pairs'])} contrast pairs, fewer than K x min_pairs_per_cluster = 20 "
+            "(min_pairs_per_cluster=10)") in caplog.text
+    history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert history["ase/skipped_updates"] == 1.0 and "ase/route_1_applied_strength" not in history  # no bank yet
+
+
 def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_tokenizer):
     saved = {}
 

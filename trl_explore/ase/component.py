@@ -178,9 +178,11 @@ class ASEComponent(Component):
             self.bank.load_state_dict(synced[0])
             diagnostics = synced[1]
         if diagnostics.get("skipped") and diagnostics["num_pairs"] > 0 and t.accelerator.is_main_process:
-            logger.warning("ASE: bank update skipped at step %d: %d contrast pairs, smallest K-means cluster %d, "
-                           "min_pairs_per_cluster=%d; the bank is kept", t.state.global_step, diagnostics["num_pairs"],
-                           int(diagnostics.get("smallest_cluster", 0)), self.bank.min_pairs_per_cluster)
+            bank, smallest = self.bank, diagnostics.get("smallest_cluster")
+            why = (f"the smallest K-means cluster holds {int(smallest)}" if smallest is not None
+                   else f"fewer than K x min_pairs_per_cluster = {bank.num_vectors * bank.min_pairs_per_cluster}")
+            logger.warning("ASE: bank update skipped at step %d: %d contrast pairs, %s (min_pairs_per_cluster=%d); the "
+                           "bank is kept", t.state.global_step, diagnostics["num_pairs"], why, bank.min_pairs_per_cluster)
         vectors = self.bank.vectors if self.bank.pending_vectors is None else self.bank.pending_vectors
         if vectors is not None and len(keep) > 0:  # the strength the next rollouts are steered with
             strength = applied_strength(vectors, t.args.steering_alpha, clean[keep])
