@@ -250,7 +250,7 @@ def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer
     assert torch.equal(first.bank.vectors, resumed.bank.vectors)
     assert saved[1]["active"] is not None
     for (name, pa), pb in zip(first.model.named_parameters(), resumed.model.parameters()):
-        assert torch.allclose(pa, pb, atol=1e-7, rtol=0), name
+        assert torch.equal(pa, pb), name
 
 
 def test_contradictory_options_fail_at_construction(tmp_path, smollm2_tokenizer):

@@ -32,10 +32,10 @@ def test_trainer_kwargs_path_hand_values():
         prompts=["q"] * 4,
         completions=["\\boxed{4}", "\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],
         answer=["4"] * 4,
-        is_offline=[False, False, False, True],
+        oger_is_offline=[False, False, False, True],
         oger_divergence=[0.5, 0.2, 0.9, None],
-        last_token_entropy=[0.0, math.log(2), 0.1, None],
-        teacher=[None, None, None, "gpt-4"],
+        oger_last_token_entropy=[0.0, math.log(2), 0.1, None],
+        oger_teacher=[None, None, None, "gpt-4"],
         log_metric=lambda k, v: logged.__setitem__(k, v),
         log_extra=lambda k, v: extra.__setitem__(k, v),
     )

@@ -39,6 +39,12 @@ def test_a_changed_signature_or_source_is_reported():
     assert any("_compute_loss no longer contains 'advantages = inputs[\"advantages\"]'" in p for p in problems)
 
 
+def test_a_changed_sampler_or_trainer_source_is_reported(monkeypatch):
+    facts = {"trl.trainer.utils:RepeatSampler.__iter__": ("yield index", "self.generator.seed_epoch(")}
+    monkeypatch.setattr(trl_contract, "OTHER_SOURCE_FACTS", facts)
+    assert trl_contract.check() == ["RepeatSampler.__iter__ no longer contains 'self.generator.seed_epoch('"]
+
+
 def test_listed_attributes_exist_on_a_grpo_trainer(tmp_path, smollm2_tokenizer):
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=1,
                       use_cpu=True, bf16=False, report_to="none")

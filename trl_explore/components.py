@@ -42,6 +42,9 @@ class Component:
     for when each one runs. ``mode`` is ``"train"`` or ``"eval"``."""
 
     trainer: ExplorationTrainer | None = None
+    reward_field_names: tuple[str, ...] = ()
+    """The keys :meth:`reward_fields` adds (and any ``extra_fields`` it puts in the rollout): a dataset column with
+    one of these names is refused when the trainer is built, so user columns reach the reward functions unchanged."""
 
     def bind(self, trainer: ExplorationTrainer) -> None:
         self.trainer = trainer

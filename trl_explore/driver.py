@@ -25,6 +25,10 @@ extension points of every component, in list order, at fixed places of a step:
 12. ``extra_loss``               adds terms to TRL's loss (e.g. policy shaping of offline rows).
 13. ``on_step_end``, ``save``, ``load``   after each optimizer step; checkpoint state.
 
+Checkpoints also hold what TRL keeps between the micro-steps of one generation (its buffered batches and ``_step``,
+per process) and the training sampler counts epochs (:mod:`trl_explore.resume`): a resumed run continues inside a
+generation and in a later epoch exactly as the uninterrupted run.
+
 Metrics go to ``trainer._metrics[mode]`` like TRL's own. Components hand state forward only through their own
 attributes (one record per generation, replaced, never shared) and through the values the driver passes.
 """
@@ -32,6 +36,8 @@ attributes (one record per generation, replaced, never shared) and through the v
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 
 import torch
 from transformers import TrainerCallback
@@ -42,8 +48,11 @@ from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.hub import create_model_card
 from trl_explore.positions import check_position_ids_supported, mask_positions
-from trl_explore.rewards.checks import check_finite_rewards
+from trl_explore.resume import EpochSampler, UnstorableBatch, load_generation_state, save_generation_state
+from trl_explore.rewards.checks import check_finite_rewards, not_scored_counts
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
+
+logger = logging.getLogger(__name__)
 
 
 class _StepEnd(TrainerCallback):
@@ -59,6 +68,39 @@ def _contexts(stack: contextlib.ExitStack, contexts) -> None:
     for context in contexts:
         if context is not None:
             stack.enter_context(context)
+
+
+def _column_names(dataset) -> set[str]:
+    """The columns of a ``Dataset``, ``IterableDataset`` (when its features are known) or list of row dicts."""
+    names = getattr(dataset, "column_names", None)
+    if names is None and isinstance(dataset, (list, tuple)) and dataset and isinstance(dataset[0], dict):
+        names = list(dataset[0])
+    return set(names or ())
+
+
+def check_column_clash(datasets: dict, components) -> None:
+    """Refuse a dataset column that a component would overwrite in the reward inputs.
+
+    Args:
+        datasets: ``{"train_dataset": ..., "eval_dataset": ...}`` (None values and dicts of datasets allowed).
+        components: the trainer's components; each lists its keys in ``reward_field_names``.
+
+    Raises:
+        ValueError: naming the dataset, the column and the component.
+    """
+    for where, dataset in datasets.items():
+        parts = dataset.items() if isinstance(dataset, dict) else [(None, dataset)]
+        for key, part in parts:
+            columns = _column_names(part)
+            for component in components:
+                clash = sorted(columns & set(component.reward_field_names))
+                if clash:
+                    name = where if key is None else f"{where}[{key!r}]"
+                    raise ValueError(
+                        f"{name} has column(s) {clash}, which {type(component).__name__} adds to the reward "
+                        f"functions' inputs itself; rename the column(s) (the component's fields are "
+                        f"{list(component.reward_field_names)})"
+                    )
 
 
 class ExplorationTrainer(GRPOTrainer):
@@ -77,12 +119,15 @@ class ExplorationTrainer(GRPOTrainer):
         check_launch(self.accelerator)  # DeepSpeed/FSDP launches that Accelerate would not run as launched
         check_position_ids_supported(self.model)  # left-padded rows must be scored at generate's positions
         self.components = list(components)
+        check_column_clash({"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset}, self.components)
         for component in self.components:
             component.bind(self)
         self.add_callback(_StepEnd(self.components))
         self._rows: tuple | None = None  # the dataset rows of the generation in progress (read-only)
         self._observe_scoring = False  # the next policy forward is TRL's scoring forward
         self._replay: tuple | None = None  # (input_ids, Forward) of the loss forward made by the driver
+        self._epoch_sampler: EpochSampler | None = None  # the training sampler (trl_explore.resume)
+        self._warned_server_resume = False
 
     def _mode(self) -> str:
         return "train" if self.model.training else "eval"
@@ -170,6 +215,8 @@ class ExplorationTrainer(GRPOTrainer):
             inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
+        for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
+            self._metrics[mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
         for component in self.components:
             component.on_rewards(rewards_per_func, completions, mode)
         return rewards_per_func
@@ -253,10 +300,43 @@ class ExplorationTrainer(GRPOTrainer):
             for component in self.components:
                 component.save(output_dir or self.args.output_dir)
 
+    def _save_rng_state(self, output_dir: str):
+        # Overrides Trainer._save_rng_state: the one hook `_save_checkpoint` calls on every process with the checkpoint
+        # folder, for the state a resume needs (not with `save_only_model`, whose checkpoints Trainer cannot resume).
+        # Adds TRL's micro-step counter and, inside a generation, the batches TRL buffered from it (per process).
+        super()._save_rng_state(output_dir)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        buffered = self._buffered_inputs if self._step % generate_every else None  # None: a generation starts next
+        try:
+            save_generation_state(output_dir, self.args.process_index, self._step, buffered)
+        except UnstorableBatch as err:
+            save_generation_state(output_dir, self.args.process_index, self._step, None)
+            logger.warning("%s: %s; a run resumed from this checkpoint generates this generation's remaining batches "
+                           "again, and does not continue as the uninterrupted run", output_dir, err)
+        if self.use_vllm and self.args.vllm_mode == "server" and not self._warned_server_resume:
+            self._warned_server_resume = True
+            logger.warning("%s: the vLLM server's sampler state is not part of a checkpoint: a run resumed from it "
+                           "samples other completions than the uninterrupted run from its next generation on", output_dir)
+
+    def _get_train_sampler(self, dataset=None):
+        # Overrides GRPOTrainer._get_train_sampler: TRL's RepeatSampler, wrapped so that epoch e has the uninterrupted
+        # run's order of epoch e also when the run was resumed (TRL's draws epoch 0's order again).
+        self._epoch_sampler = EpochSampler(super()._get_train_sampler(dataset))
+        return self._epoch_sampler
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Overrides GRPOTrainer._load_optimizer_and_scheduler (as TRL does for its entropy controller): restores the
-        # components' state when resuming.
+        # components' state, TRL's generation buffer and step counter, and the sampler's epoch when resuming.
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            for component in self.components:
-                component.load(checkpoint)
+        if checkpoint is None:
+            return
+        for component in self.components:
+            component.load(checkpoint)
+        state = load_generation_state(checkpoint, self.args.process_index, self.accelerator.device)
+        if state is not None:
+            self._step, buffered = state
+            if buffered is not None:
+                self._buffered_inputs = buffered
+        if self._epoch_sampler is not None and self.state.epoch is not None:
+            # the epoch Trainer resumes in (Trainer sets it again where Accelerate's wrappers forward set_epoch)
+            self._epoch_sampler.set_epoch(math.floor(self.state.epoch))

@@ -3,12 +3,14 @@
 The driver (:mod:`trl_explore.driver`) overrides the private methods in :data:`OVERRIDDEN_METHODS`; the components
 (:mod:`trl_explore.oger.component`, :mod:`trl_explore.ase.component`) and the presets read or set the attributes in
 :data:`ATTRIBUTES`. :data:`SOURCE_FACTS` are lines of TRL's source whose behaviour the driver depends on (where TRL
-reads a batch key, what a method returns). ``tests/test_trl_contract.py`` checks all three against the installed TRL,
+reads a batch key, what a method returns), :data:`OTHER_SOURCE_FACTS` the same for TRL's sampler and transformers'
+``Trainer``. ``tests/test_trl_contract.py`` checks them all against the installed TRL,
 so a TRL upgrade that changes any of them fails there, not silently during training. Checked on trl 1.16.0.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 TRL_VERSION = "1.16"
@@ -28,6 +30,10 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "_compute_loss": ("model", "inputs"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "save_model": ("output_dir", "_internal_call"),
+    # exact resumption (trl_explore.resume): Trainer's per-process checkpoint hook carries TRL's generation buffer;
+    # TRL's training sampler is wrapped to count epochs
+    "_save_rng_state": ("output_dir",),
+    "_get_train_sampler": ("dataset",),
     # Trainer's model card: trl_explore.hub names the base model only when it is a Hub id
     "create_model_card": ("model_name", "dataset_name", "tags"),
 }
@@ -51,6 +57,8 @@ ATTRIBUTES: tuple[str, ...] = (
     "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",
     "top_entropy_quantile", "_entropy_bonus_enabled", "aux_loss_enabled", "current_gradient_accumulation_steps",
     "reward_weights", "reward_funcs",
+    # exact resumption: TRL's micro-step counter (`_step`) and the batches of the generation in progress
+    "_buffered_inputs",
 )
 """``vllm_generation`` (set only with ``use_vllm``) and ``_last_world_entropy`` (set only with an adaptive entropy
 bonus) are read too; the test checks them in TRL's source."""
@@ -89,6 +97,23 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     # every training / evaluation loss goes through the driver's `_compute_loss`
     "compute_loss": ("return self._compute_loss(model, inputs)",),
     "__init__": ("self.vllm_generation = ",),
+    # exact resumption: TRL reads its buffer unless a generation is due or the buffer is empty (trl_explore.resume)
+    "_prepare_inputs": (
+        "if self._step % generate_every == 0 or self._buffered_inputs is None:",
+        "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]",
+    ),
+    "_get_train_sampler": ("return RepeatSampler(", "seed=self.args.seed,"),
+}
+
+OTHER_SOURCE_FACTS: dict[str, tuple[str, ...]] = {
+    # "module:Class.method" -> lines its source must contain
+    # the generation state is written with the RNG state, for every process, only in checkpoints
+    "transformers.trainer:Trainer._save_checkpoint": ("self._save_rng_state(output_dir)",),
+    # trl_explore.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per iteration;
+    # it reads the sampler's shuffle, seed, generator and num_samples
+    "trl.trainer.utils:RepeatSampler.__init__": ("self.shuffle = shuffle", "self.seed = seed",
+                                                 "self.generator.manual_seed(seed)"),
+    "trl.trainer.utils:RepeatSampler.__iter__": ("indexes = torch.randperm(self.num_samples, generator=self.generator)",),
 }
 
 
@@ -112,4 +137,11 @@ def check(trainer_cls=None) -> list[str]:
     for name, lines in SOURCE_FACTS.items():
         source = inspect.getsource(getattr(trainer_cls, name))
         problems += [f"GRPOTrainer.{name} no longer contains {line!r}" for line in lines if line not in source]
+    for where, lines in OTHER_SOURCE_FACTS.items():
+        module, qualname = where.split(":")
+        target = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        source = inspect.getsource(target)
+        problems += [f"{qualname} no longer contains {line!r}" for line in lines if line not in source]
     return problems

@@ -26,6 +26,8 @@ from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accu
 from trl_explore.ase.steering import steering_offsets
 from trl_explore.components import Component
 from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.oger import fields as oger_fields
+from trl_explore.rewards.checks import non_binary_values
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class ASEComponent(Component):
         self.bank_diagnostics: list[dict] = []  # one dict per bank update
         # the current generation's ASERollout, the BankStep awaiting its update, and per-forward captures
         self.rollout = self.step = self._recorder = self._scored = self._scoring_capture = self._loss_capture = None
+        self._warned_non_binary = False
 
     def bind(self, trainer) -> None:
         from trl_explore.ase.setup import build_bank, build_steerers
@@ -92,7 +95,7 @@ class ASEComponent(Component):
         return self.steerer.steering(self.rollout.steering_ids, self.rollout.table) if steered else None
 
     def transform_rollout(self, rollout, rows, mode):
-        offline = rollout.extra_fields.get("is_offline")
+        offline = rollout.extra_fields.get(oger_fields.IS_OFFLINE)
         if offline is not None and any(offline):  # rows replaced by teacher trajectories: no route, no offset
             offline = torch.tensor(offline, dtype=torch.bool)
             offsets = None if self.rollout.offsets is None else self.rollout.offsets.masked_fill(offline[:, None], 0.0)
@@ -119,7 +122,19 @@ class ASEComponent(Component):
                              self.trainer.args.readout_fraction, self.bank.hidden_size)
 
     def on_rewards(self, rewards_per_func, completions, mode):  # R_m of every process's completions
-        self._scored = (rewards_per_func[:, self.trainer.args.correctness_reward_index].detach().float().cpu(), completions)
+        index = self.trainer.args.correctness_reward_index
+        correct = rewards_per_func[:, index].detach().float().cpu()
+        odd = non_binary_values(correct)
+        if odd and not self._warned_non_binary:  # the same gathered values on every process: all warn, once
+            self._warned_non_binary = True
+            logger.warning(
+                "ASE: reward function %r (correctness_reward_index=%d) returned values outside {0, 1, None}, e.g. "
+                "%s. The bank counts a rollout as correct when this reward is above 0.5, so a graded reward pairs "
+                "near-equal answers and a reward that is always above 0.5 builds no pairs at all. Put a verifier "
+                "(such as trl_explore.rewards.math_reward) at that index.",
+                self.trainer.reward_func_names[index], index, odd,
+            )
+        self._scored = (correct, completions)
 
     def batch_fields(self, output, rows, mode):
         t = self.trainer

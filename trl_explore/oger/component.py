@@ -19,10 +19,11 @@ import torch
 from trl_explore.components import Component, Rollout
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
+from trl_explore.oger import fields
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
-from trl_explore.oger.offline import group_offline, teacher_completion
+from trl_explore.oger.offline import generation_prefix, group_offline, teacher_completion
 from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
 from trl_explore.oger.replacement import sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
@@ -47,11 +48,14 @@ class OGERGeneration:
 class OGERComponent(Component):
     """OGER's part (module docstring). ``encoder``: a ``TrajectoryEncoder`` (default: from ``args.embedding_model``)."""
 
+    reward_field_names = fields.REWARD_FIELDS
+
     def __init__(self, encoder: TrajectoryEncoder | None = None):
         self.encoder = encoder
         self.generation: OGERGeneration | None = None
         self._recorder: LastTokenEntropyRecorder | None = None
         self._warned_truncation = False
+        self._generation_prefix = ""  # set in bind from the chat template
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -64,6 +68,8 @@ class OGERComponent(Component):
         # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
         # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
         load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")
+        # what the chat template puts before every completion (e.g. "<think>\n"): not repeated by teacher rows
+        self._generation_prefix = generation_prefix(trainer.processing_class, trainer.chat_template_kwargs)
 
     def _needs(self, mode: str) -> tuple[int, bool, bool]:
         """``(replacements per group, divergence needed, H_last needed)``. The divergence feeds the reward (also
@@ -140,7 +146,7 @@ class OGERComponent(Component):
                 i = start + local
                 completion_ids[i], completions[i], cut = teacher_completion(
                     offline_texts[j], t._tokenizer, t.processing_class, t.max_completion_length,
-                    isinstance(completions[i], list))
+                    isinstance(completions[i], list), self._generation_prefix)
                 ids, num_truncated = completion_ids[i], num_truncated + cut
                 if logprobs is not None:  # no behaviour log-probs: TRL reads NaN as "no IS correction"
                     logprobs[i] = [None] * len(ids)
@@ -152,7 +158,7 @@ class OGERComponent(Component):
                                          tuple(entropy_values), num_truncated, need_div, last_pos if deferred else None)
         if not deferred:
             self._log_generation_metrics()
-        extra_fields = {**rollout.extra_fields, "is_offline": list(is_offline)}  # read by later components
+        extra_fields = {**rollout.extra_fields, fields.IS_OFFLINE: list(is_offline)}  # read by later components
         return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
                                    tool_mask=tool_mask, extra_fields=extra_fields)
 
@@ -177,8 +183,8 @@ class OGERComponent(Component):
 
     def reward_fields(self, mode):
         gen = self.generation
-        return {"is_offline": list(gen.is_offline), "teacher": list(gen.teacher),
-                "oger_divergence": list(gen.divergence), "last_token_entropy": list(gen.entropy)}
+        return {fields.IS_OFFLINE: list(gen.is_offline), fields.TEACHER: list(gen.teacher),
+                fields.DIVERGENCE: list(gen.divergence), fields.LAST_TOKEN_ENTROPY: list(gen.entropy)}
 
     def batch_fields(self, output, rows, mode):
         return {"is_offline": torch.tensor(self.generation.is_offline, device=self.trainer.accelerator.device)}

@@ -107,13 +107,53 @@ def group_offline(rows, group, args: OGERConfig, encoder=None, training: bool = 
     return texts, teachers, offline_embeddings(texts, stored, encoder, args)
 
 
-def teacher_completion(text: str, tokenizer, processing_class, max_completion_length: int, conversational: bool):
+def generation_prefix(processing_class, chat_template_kwargs: dict | None = None) -> str:
+    """The text the chat template appends to a conversation for ``add_generation_prompt=True``.
+
+    For ChatML templates this is ``"<|im_start|>assistant\n"``; reasoning templates often end it with ``"<think>\n"``.
+    It is read as the difference between the rendering of a one-message conversation with and without the
+    generation prompt; ``""`` when there is no chat template or the two renderings do not nest.
+    """
+    messages = [{"role": "user", "content": "1 + 1?"}]
+    kwargs = dict(chat_template_kwargs or {}, tokenize=False)
+    try:
+        bare = processing_class.apply_chat_template(messages, add_generation_prompt=False, **kwargs)
+        with_prompt = processing_class.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+    except (ValueError, AttributeError, TypeError):  # no chat template: prompts are plain text
+        return ""
+    return with_prompt[len(bare):] if isinstance(bare, str) and with_prompt.startswith(bare) else ""
+
+
+def strip_prompt_overlap(text: str, prefix: str) -> str:
+    """``text`` without the longest start that repeats the end of ``prefix`` (the generation prompt).
+
+    A teacher trajectory written as ``"<think>\nLet us..."`` after a prompt that already ends with ``"<think>\n"``
+    would otherwise hold ``<think>`` twice. Only an overlap with visible characters is removed (a lone newline is
+    ambiguous), and never the whole text.
+
+    >>> strip_prompt_overlap("<think>\nx = 2", "<|im_start|>assistant\n<think>\n")
+    'x = 2'
+    """
+    for k in range(min(len(text), len(prefix)), 0, -1):
+        head = text[:k]
+        if prefix.endswith(head):
+            return text[k:] if head.strip() and text[k:].strip() else text
+    return text
+
+
+def teacher_completion(
+    text: str, tokenizer, processing_class, max_completion_length: int, conversational: bool, prefix: str = ""
+):
     """A teacher trajectory as a completion: ``(token ids, completion, truncated)``.
 
     The ids are the policy ``tokenizer``'s (no special tokens), cut to ``max_completion_length`` and ended with EOS
     (``replacement.offline_completion_ids``); the completion is their decoded text, as an assistant message when
     ``conversational``; ``truncated`` is 1 when the teacher text lost tokens (and usually its answer), else 0.
+    When ``conversational``, a start of ``text`` that repeats the end of ``prefix`` (the chat template's generation
+    prompt, :func:`generation_prefix`) is removed first (:func:`strip_prompt_overlap`).
     """
+    if conversational:
+        text = strip_prompt_overlap(text, prefix)
     eos_id = tokenizer.eos_token_id
     tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
     ids = offline_completion_ids(tokens, max_completion_length, eos_id)

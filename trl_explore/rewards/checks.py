@@ -28,3 +28,32 @@ def check_finite_rewards(rewards_per_func: torch.Tensor, names: Sequence[str]) -
             f"generation batch ({int(infinite.sum())} infinite rewards in all); return a finite value, or None for "
             "'not scored'"
         )
+
+
+def not_scored_counts(rewards_per_func: torch.Tensor, names: Sequence[str]) -> dict[str, int]:
+    """How many rewards of the generation batch were "not scored" (None, NaN in TRL's table).
+
+    Args:
+        rewards_per_func: ``[B, F]`` rewards (NaN where a function returned None).
+        names: the ``F`` reward functions' names, in column order.
+
+    Returns:
+        ``{"rewards/<name>/not_scored": count}`` per function, and ``"rewards/unscorable"``: the rows where every
+        function returned None (TRL gives them advantage 0).
+    """
+    missing = torch.isnan(rewards_per_func)
+    counts = {f"rewards/{name}/not_scored": int(missing[:, j].sum()) for j, name in enumerate(names)}
+    counts["rewards/unscorable"] = int(missing.all(dim=1).sum()) if missing.shape[1] else 0
+    return counts
+
+
+def non_binary_values(values: torch.Tensor, limit: int = 5) -> list[float]:
+    """The distinct values of a correctness reward outside ``{0, 1}`` (NaN, i.e. None, allowed), at most ``limit``.
+
+    Args:
+        values: ``[B]`` rewards of the function used as the verifier (ASE's ``correctness_reward_index``).
+        limit: how many distinct offending values to return (smallest first).
+    """
+    values = values.detach().float().cpu()
+    bad = values[~torch.isnan(values) & (values != 0) & (values != 1)]
+    return torch.unique(bad)[:limit].tolist()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 
+from trl_explore.oger import fields
 from trl_explore.oger.exploration import divergence as divergence_fn
 from trl_explore.oger.exploration import exploration_reward
 from trl_explore.rewards.math_verify_reward import completion_text
@@ -19,14 +20,14 @@ class OGERRewardFunction:
     """Returns ``R_OGER_i = D_i * exp(-H_last_i) * R_m_i`` per completion, 0 for offline rows (Eq. 7-8).
 
     Inside :class:`~trl_explore.OGERTrainer` it reads, per completion, from TRL's reward kwargs (the
-    trainer puts them there through ``extra_fields``): ``is_offline`` (bool), ``oger_divergence``
-    (``D_i``, Eq. 5) and ``last_token_entropy`` (``H_last_i`` in nats, Eq. 6; None on offline rows).
+    trainer puts them there, :mod:`trl_explore.oger.fields`): ``oger_is_offline`` (bool), ``oger_divergence``
+    (``D_i``, Eq. 5) and ``oger_last_token_entropy`` (``H_last_i`` in nats, Eq. 6; None on offline rows).
     ``R_m`` comes from ``verifier`` (default: :data:`trl_explore.rewards.math_verify_reward.math_reward`,
     whose results are memoised, so sharing it with TRL's first reward function verifies once).
 
     Standalone (outside the trainer): without ``oger_divergence`` the divergence is computed with
     ``encoder`` from each completion and its row's ``offline_completions`` (a prompt with no offline
-    trajectory gets ``R_OGER = 0``); without ``is_offline`` every row is online; ``last_token_entropy``
+    trajectory gets ``R_OGER = 0``); without ``oger_is_offline`` every row is online; ``oger_last_token_entropy``
     must then be given, unless ``entropy_refinement=False``.
 
     It also logs, through TRL's ``log_metric`` / ``log_extra`` kwargs when present: ``oger/reward_mean``
@@ -59,7 +60,7 @@ class OGERRewardFunction:
     def _divergence(self, completions, kwargs) -> torch.Tensor:
         if self.offline_column not in kwargs:
             raise ValueError(
-                f"OGERRewardFunction needs either 'oger_divergence' (from OGERTrainer) or the offline column "
+                f"OGERRewardFunction needs either {fields.DIVERGENCE!r} (from OGERTrainer) or the offline column "
                 f"{self.offline_column!r} in the reward kwargs; got keys {sorted(kwargs)}"
             )
         if self.encoder is None:
@@ -80,20 +81,20 @@ class OGERRewardFunction:
         n = len(completions)
         log_metric = kwargs.pop("log_metric", None)
         log_extra = kwargs.pop("log_extra", None)
-        verifier_kwargs = {k: v for k, v in kwargs.items() if k not in ("is_offline", "oger_divergence", "last_token_entropy")}
+        verifier_kwargs = {k: v for k, v in kwargs.items() if k not in fields.REWARD_FIELDS}
         correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids, **verifier_kwargs)
         r_m = torch.tensor([0.0 if c is None else float(c) for c in correctness])
 
-        is_offline = torch.tensor([bool(x) for x in kwargs.get("is_offline", [False] * n)])
-        if "oger_divergence" in kwargs:
-            div = torch.tensor([0.0 if d is None else float(d) for d in kwargs["oger_divergence"]])
+        is_offline = torch.tensor([bool(x) for x in kwargs.get(fields.IS_OFFLINE, [False] * n)])
+        if fields.DIVERGENCE in kwargs:
+            div = torch.tensor([0.0 if d is None else float(d) for d in kwargs[fields.DIVERGENCE]])
         else:
             div = self._divergence(completions, kwargs)
-        if "last_token_entropy" in kwargs:
-            entropy = torch.tensor([0.0 if h is None else float(h) for h in kwargs["last_token_entropy"]])
+        if fields.LAST_TOKEN_ENTROPY in kwargs:
+            entropy = torch.tensor([0.0 if h is None else float(h) for h in kwargs[fields.LAST_TOKEN_ENTROPY]])
         elif self.entropy_refinement:
             raise ValueError(
-                "OGERRewardFunction needs 'last_token_entropy' (nats, one per completion) for the entropy "
+                f"OGERRewardFunction needs {fields.LAST_TOKEN_ENTROPY!r} (nats, one per completion) for the entropy "
                 "refinement; pass it, or set entropy_refinement=False"
             )
         else:
@@ -107,8 +108,8 @@ class OGERRewardFunction:
             log_metric("oger/failed_ratio", (r_m[online] == 0).float().mean().item())
         if log_extra is not None:
             log_extra("is_offline", is_offline.tolist())
-            log_extra("teacher", list(kwargs.get("teacher", [None] * n)))
+            log_extra("teacher", list(kwargs.get(fields.TEACHER, [None] * n)))
             log_extra("divergence", [None if off else round(float(d), 4) for d, off in zip(div, is_offline)])
-            log_extra("last_token_entropy", list(kwargs.get("last_token_entropy", [None] * n)))
+            log_extra("last_token_entropy", list(kwargs.get(fields.LAST_TOKEN_ENTROPY, [None] * n)))
             log_extra("R_OGER", [round(float(r), 4) for r in reward])
         return reward.tolist()

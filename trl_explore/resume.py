@@ -1,0 +1,139 @@
+"""Exact resumption: the state of a generation in progress, and the prompt order of every epoch.
+
+TRL 1.16's ``GRPOTrainer`` generates once every ``steps_per_generation * num_iterations`` micro-steps and keeps the
+split batches in ``_buffered_inputs``; its micro-step counter ``_step`` and that buffer are not checkpointed, so a run
+resumed inside a generation generates again (other completions, another bank update). Its ``RepeatSampler`` draws the
+prompt order of each epoch from one generator seeded once, so a resumed run draws epoch 0's order again, whatever the
+epoch. :class:`~trl_explore.driver.ExplorationTrainer` uses the two parts below to resume as the uninterrupted run:
+
+* :func:`save_generation_state` / :func:`load_generation_state`: ``_step`` and the buffered batches of one process,
+  tensors in safetensors, everything else in JSON (no pickle), in ``generation_state/`` of the checkpoint.
+* :class:`EpochSampler`: TRL's sampler, whose order in epoch ``e`` is the ``e + 1``-th permutation of its seeded
+  generator (the uninterrupted run's order) whichever epoch the run starts in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch.utils.data import Sampler
+
+STATE_DIR = "generation_state"
+"""Sub-folder of a checkpoint holding each process's ``process_{i}.json`` and ``process_{i}.safetensors``."""
+
+FORMAT = 1
+
+
+class UnstorableBatch(ValueError):
+    """A buffered batch holds a value that is neither a tensor nor JSON data (e.g. images)."""
+
+
+def _same(a, b) -> bool:
+    """Equal values of equal types, NaN equal to NaN (lists of log-probs hold NaN on replaced rows)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _describe(value, name: str, tensors: dict) -> dict:
+    if isinstance(value, torch.Tensor):
+        tensors[name] = value.detach().to("cpu").contiguous().clone()  # no shared storage: safetensors refuses it
+        return {"tensor": name}
+    try:
+        stored = _same(json.loads(json.dumps(value)), value)
+    except (TypeError, ValueError):
+        stored = False
+    if not stored:
+        raise UnstorableBatch(f"the buffered batch key {name.split('/', 1)[1]!r} holds a {type(value).__name__} that "
+                              "neither safetensors nor JSON stores exactly")
+    return {"value": value}
+
+
+def save_generation_state(directory: str, process_index: int, step: int, buffered: list[dict] | None) -> None:
+    """Write one process's generation state into ``directory/generation_state``.
+
+    Args:
+        directory: the checkpoint folder.
+        process_index: this process's index (one pair of files per process: each holds its own batches).
+        step: TRL's micro-step counter ``_step``.
+        buffered: TRL's ``_buffered_inputs`` (``steps_per_generation`` dicts of batch-first tensors, 0-d tensors,
+            lists and ``None``) when the next micro-step reads them, else ``None`` (a generation starts there).
+
+    Raises:
+        UnstorableBatch: a buffered value is neither a tensor nor JSON data; nothing is written then.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    slices = None if buffered is None else [
+        {key: _describe(value, f"{i}/{key}", tensors) for key, value in batch.items()} for i, batch in enumerate(buffered)
+    ]
+    path = os.path.join(directory, STATE_DIR)
+    os.makedirs(path, exist_ok=True)
+    if tensors:
+        save_file(tensors, os.path.join(path, f"process_{process_index}.safetensors"))
+    with open(os.path.join(path, f"process_{process_index}.json"), "w") as f:
+        json.dump({"format": FORMAT, "step": step, "buffered": slices}, f)
+
+
+def load_generation_state(checkpoint: str, process_index: int, device) -> tuple[int, list[dict] | None] | None:
+    """Read what :func:`save_generation_state` wrote: ``(step, buffered batches on device or None)``, or ``None``
+    when the checkpoint has no state for this process (written by another trainer, or before this format)."""
+    path = os.path.join(checkpoint, STATE_DIR, f"process_{process_index}.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        state = json.load(f)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{path}: generation state format {state.get('format')!r}, expected {FORMAT}")
+    if state["buffered"] is None:
+        return state["step"], None
+    tensors = load_file(os.path.join(checkpoint, STATE_DIR, f"process_{process_index}.safetensors"))
+    buffered = [
+        {key: tensors[item["tensor"]].to(device) if "tensor" in item else item["value"] for key, item in batch.items()}
+        for batch in state["buffered"]
+    ]
+    return state["step"], buffered
+
+
+class EpochSampler(Sampler):
+    """TRL's ``RepeatSampler`` with an epoch: iteration ``e`` yields the order the uninterrupted run has in epoch ``e``.
+
+    ``RepeatSampler`` seeds its generator once and draws one permutation per iteration, so epoch ``e`` uses the
+    ``e + 1``-th permutation of ``seed``. Here each iteration re-seeds the generator and discards ``e`` permutations
+    first: the orders are TRL's, and a run resumed in epoch ``e`` gets epoch ``e``'s. ``e`` is set by ``set_epoch``
+    (Trainer calls it at each epoch, through Accelerate's wrappers where they forward it) and otherwise counts the
+    iterations; the driver sets it on resume for the wrappers that do not forward it. Unshuffled or unseeded samplers
+    are iterated as they are.
+
+    Args:
+        sampler: the ``trl.trainer.utils.RepeatSampler`` built by ``GRPOTrainer._get_train_sampler``.
+    """
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getattr__(self, name):  # data_source, generator, ...: TRL's sampler's attributes
+        if name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        inner = self.sampler
+        if inner.shuffle and inner.seed is not None:
+            inner.generator.manual_seed(inner.seed)
+            for _ in range(epoch):  # the permutations of the epochs before (RepeatSampler draws one per iteration)
+                torch.randperm(inner.num_samples, generator=inner.generator)
+        return iter(inner)
