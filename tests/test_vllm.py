@@ -442,7 +442,7 @@ def test_ase_resume_inside_a_generation_is_exact_colocate(tmp_path, tiny_path, s
 
     def run(name, **overrides):
         args = ASEConfig(**_common(tmp_path / name, num_vectors=1, steering_alpha=4.0, pca_dim=4, kmeans_n_init=2,
-                                   steps_per_generation=2, max_steps=3, **overrides))
+                                   steps_per_generation=2, max_steps=3, min_pairs_per_cluster=1, **overrides))
         return ASEGRPOTrainer(tiny_path, reward_funcs=[parity_reward], args=args, train_dataset=_math_dataset(),
                               processing_class=smollm2_tokenizer)
 
