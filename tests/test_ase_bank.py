@@ -10,6 +10,8 @@ import torch
 from trl_explore.ase.bank import (
     CORRECT_THRESHOLD,
     SteeringVectorBank,
+    applied_strength,
+    bank_metrics,
     cluster_candidates,
     contrast_pairs,
     cosine_matrix,
@@ -282,10 +284,57 @@ def test_skipped_update_keeps_the_bank_and_counts(differences):
     else:  # every rollout correct: no incorrect partner
         step = (torch.ones(4, HIDDEN), [0, 0, 1, 1], torch.ones(4))
     diagnostics = bank.update(*step)
-    assert diagnostics == {"num_pairs": float(len(differences)), "skipped": 1.0}
+    clustered = {"smallest_cluster": 0.0} if len(differences) >= 3 else {}  # K-means ran, one cluster empty
+    assert diagnostics == {"num_pairs": float(len(differences)), "skipped": 1.0, **clustered}
     assert bank.num_skipped_updates == 1 and bank.num_updates == 1
     assert bank.pending_vectors is None and torch.equal(bank.vectors, active)
     assert bank.activate() is False and torch.equal(bank.vectors, active)
+
+
+def _clusters_of(sizes):
+    """Pairs along the unit axes e0, e1, e2 (norms 10, 10.5, ...), ``sizes[c]`` of them on axis c."""
+    differences = []
+    for c, size in enumerate(sizes):
+        for i in range(size):
+            diff = [0.0] * HIDDEN
+            diff[c] = 10.0 + 0.5 * i
+            differences.append(tuple(diff))
+    return pairs_step(differences)
+
+
+def test_min_pairs_per_cluster_skips_an_update_with_a_small_cluster():
+    step = _clusters_of([4, 4, 1])  # K-means: clusters of 4, 4 and 1 pairs
+    loose, strict = make_bank(), make_bank(min_pairs_per_cluster=2)
+    built = loose.update(*step)
+    assert (built["skipped"], built["smallest_cluster"]) == (0.0, 1.0)
+    lonely = [v for v in loose.pending_vectors if v[2] != 0]  # the one-pair cluster's vector: that raw difference
+    assert len(lonely) == 1 and lonely[0][2] == 10.0 and lonely[0].norm() == 10.0
+    diagnostics = strict.update(*step)
+    assert diagnostics == {"num_pairs": 9.0, "skipped": 1.0, "smallest_cluster": 1.0}
+    assert strict.pending_vectors is None and strict.num_skipped_updates == 1
+    # clusters of 2 each pass; 5 pairs cannot fill 3 clusters of 2, so K-means does not even run
+    assert strict.update(*_clusters_of([2, 2, 2]))["skipped"] == 0.0
+    assert strict.update(*_clusters_of([2, 2, 1])) == {"num_pairs": 5.0, "skipped": 1.0}
+    assert strict.num_skipped_updates == 2 and strict.config()["min_pairs_per_cluster"] == 2
+
+
+def test_applied_strength_on_hand_values():
+    vectors = torch.tensor([[3.0, 4.0], [0.0, 0.5]])  # norms 5 and 0.5
+    hidden = torch.tensor([[6.0, 8.0], [0.0, 2.0], [5.0, 0.0], [0.0, 4.0]])  # norms 10, 2, 5, 4: median 4.5
+    strength = applied_strength(vectors, 0.5, hidden)
+    assert strength.dtype == torch.float64
+    assert torch.allclose(strength, torch.tensor([0.5 * 5 / 4.5, 0.5 * 0.5 / 4.5], dtype=torch.float64))
+    assert applied_strength(vectors, 0.5, hidden[:3]).tolist() == [0.5, 0.05]  # odd N: the middle norm, 5
+    with pytest.raises(ValueError, match="share d"):
+        applied_strength(vectors, 0.5, torch.ones(3, 4))
+    with pytest.raises(ValueError, match="empty"):
+        applied_strength(vectors, 0.5, torch.zeros(0, 2))
+    with pytest.raises(ValueError, match="median norm"):
+        applied_strength(vectors, 0.5, torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="alpha"):
+        applied_strength(vectors, float("nan"), hidden)
+    metrics = bank_metrics({"num_pairs": 9.0, "skipped": 0.0, "smallest_cluster": 2.0, "applied_strength/1": 0.25})
+    assert metrics == {"ase/smallest_cluster": 2.0, "ase/route_1_applied_strength": 0.25}
 
 
 def test_low_precision_activations_are_computed_in_float32():
@@ -444,6 +493,7 @@ def test_load_state_dict_rejects_other_shapes():
         ({"ema_beta": 1.5}, "ema_beta"),
         ({"kmeans_n_init": 0}, "kmeans_n_init"),
         ({"max_pairs_per_problem": 0}, "max_pairs_per_problem"),
+        ({"min_pairs_per_cluster": 0}, "min_pairs_per_cluster"),
         ({"control": "random"}, "control"),
         ({"num_threads": 0}, "num_threads"),
     ],

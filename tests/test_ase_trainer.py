@@ -53,6 +53,7 @@ def _config(tmp_path, **overrides):
         bf16=False,
         seed=0,
         log_completions=False,
+        min_pairs_per_cluster=1,  # a few rollouts per step: the mechanics, not the guard against tiny clusters
     )
     kwargs.update(overrides)
     return ASEConfig(**kwargs)
@@ -117,7 +118,12 @@ def _instrument(trainer, monkeypatch):
                 output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
                 routes, table, temperature=trainer.temperature, readout_fraction=trainer.args.readout_fraction,
             )
-            entry.update(reference_logps=logps, reference_readouts=readouts)
+            _, clean = trainer.steerer.score(
+                output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
+                torch.zeros_like(routes), table, temperature=trainer.temperature,
+                readout_fraction=trainer.args.readout_fraction,
+            )
+            entry.update(reference_logps=logps, reference_readouts=readouts, reference_clean_readouts=clean)
         rec["generations"].append(entry)
         return output
 
@@ -139,12 +145,12 @@ def _instrument(trainer, monkeypatch):
     return rec
 
 
-@pytest.mark.parametrize("schedule", ["aligned", "scoring_forward"])
-def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedule):
+@pytest.mark.parametrize("schedule, bank_readouts", [("aligned", "steered"), ("scoring_forward", "clean")])
+def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedule, bank_readouts):
     # aligned: one generation per optimizer step, readouts from the loss forward (no old log-probs);
     # scoring_forward: one generation for two optimizer steps, TRL computes old log-probs right after generation
     # and the readouts come from that forward; this run also steers completion positions only (steer_prompt=False).
-    overrides = {"log_completions": True, "num_completions_to_print": 0}
+    overrides = {"log_completions": True, "num_completions_to_print": 0, "bank_readouts": bank_readouts}
     if schedule == "scoring_forward":
         overrides.update(per_device_train_batch_size=NUM_GENERATIONS // 2, steps_per_generation=2, max_steps=4,
                          steer_prompt=False)
@@ -174,7 +180,8 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
     for call, update in zip(rec["steering"], rec["updates"]):  # generation t + 1 steers with the bank of t
         assert torch.equal(call["vectors"], update["pending"])
 
-    for gen, update in zip(generations, rec["updates"]):
+    assert len(trainer.bank_diagnostics) == len(rec["updates"])
+    for gen, update, diagnostics in zip(generations, rec["updates"], trainer.bank_diagnostics):
         routes = gen["ase_route"].cpu()
         if gen["steered"]:  # balanced: every prompt has 2 rollouts on each of the 3 routes
             for group in routes.view(-1, NUM_GENERATIONS):
@@ -184,8 +191,17 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
             assert torch.allclose(gen["sampling_per_token_logps"][mask], gen["reference_logps"][mask], atol=1e-4)
         else:
             assert torch.all(routes == 0)
-        # readouts taken from TRL's own forward (+ alpha v) == the replay's steered block-0 outputs
-        assert torch.allclose(update["activations"], gen["reference_readouts"], atol=1e-4)
+        # readouts taken from TRL's own forward (+ alpha v when steered) == the replay's block-0 outputs
+        reference = gen["reference_readouts"] if bank_readouts == "steered" else gen["reference_clean_readouts"]
+        assert torch.allclose(update["activations"], reference, atol=1e-4)
+        if gen["steered"]:  # the two readouts differ by alpha * v_route on steered rows, and agree on clean ones
+            offsets = gen["reference_readouts"] - gen["reference_clean_readouts"]
+            assert torch.equal(offsets.abs().sum(1) > 1e-3, routes > 0)
+        # applied strength: alpha ||v_s|| / median ||clean readout|| of the bank that steers next
+        strength = trainer.args.steering_alpha * update["pending"].norm(dim=1) / torch.quantile(
+            gen["reference_clean_readouts"].double().norm(dim=1), 0.5)
+        assert [diagnostics[f"applied_strength/{s + 1}"] for s in range(NUM_VECTORS)] == pytest.approx(
+            strength.tolist(), rel=1e-4)
         groups = [update["problem_ids"][i : i + NUM_GENERATIONS] for i in range(0, len(routes), NUM_GENERATIONS)]
         assert all(len(set(group)) == 1 for group in groups) and {g[0] for g in groups} <= {"p0", "p1"}
 
@@ -205,7 +221,8 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
     for key in ("ase/rollout_time", "ase/num_pairs", "ase/skipped_updates", "ase/cluster_share_0",
                 "ase/cluster_share_1", "ase/inter_cluster_alignment", "ase/temporal_alignment", "ase/is_weight_mean",
-                "ase/is_weight_clipped_frac", "ase/route_0_accuracy", "ase/route_1_accuracy", "ase/route_2_accuracy"):
+                "ase/is_weight_clipped_frac", "ase/route_0_accuracy", "ase/route_1_accuracy", "ase/route_2_accuracy",
+                "ase/smallest_cluster", "ase/route_1_applied_strength", "ase/route_2_applied_strength"):
         assert key in history, key
     table = pd.concat(pd.read_parquet(f) for f in sorted((tmp_path / "out" / "completions").glob("*.parquet")))
     assert "route" in table.columns and set(table["route"]) == {0, 1, 2}
@@ -287,6 +304,20 @@ def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     assert torch.equal(table, state["active"]) and routes.tolist() == [0, 0, 1, 1, 2, 2]
 
 
+def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokenizer, caplog):
+    # 2 prompts x 6 rollouts give at most 18 pairs: 2 clusters of 10 can never be filled
+    trainer = _trainer(tmp_path, smollm2_tokenizer, max_steps=1, min_pairs_per_cluster=10)
+    with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
+        trainer.train()
+    (diagnostics,) = trainer.bank_diagnostics
+    assert diagnostics["skipped"] == 1.0 and diagnostics["num_pairs"] > 0
+    assert trainer.bank.vectors is None and trainer.bank.pending_vectors is None
+    assert (f"{int(diagnostics['num_pairs'])} contrast pairs, fewer than K x min_pairs_per_cluster = 20 "
+            "(min_pairs_per_cluster=10)") in caplog.text
+    history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert history["ase/skipped_updates"] == 1.0 and "ase/route_1_applied_strength" not in history  # no bank yet
+
+
 def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_tokenizer):
     saved = {}
 
@@ -354,11 +385,14 @@ def test_config_rejects_bad_values(tmp_path):
         _config(tmp_path, bank_control="random")
     for field, value in [("bank_ema_beta", 1.5), ("readout_fraction", -0.1), ("is_cap", 0.0),
                          ("steering_alpha", math.inf), ("num_vectors", 0), ("pca_dim", 0),
-                         ("max_pairs_per_problem", 0), ("steering_layer", -1)]:
+                         ("max_pairs_per_problem", 0), ("steering_layer", -1), ("min_pairs_per_cluster", 0),
+                         ("bank_readouts", "raw")]:
         with pytest.raises(ValueError, match=field):
             _config(tmp_path, **{field: value})
     config = _config(tmp_path)
     assert config.beta == 0.0 and config.entropy_coef == 0.0  # paper: no KL, no entropy bonus
+    defaults = ASEConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    assert (defaults.bank_readouts, defaults.min_pairs_per_cluster) == ("clean", 4)
 
 
 def test_vllm_config_uses_trl_token_truncate_importance_sampling(tmp_path):

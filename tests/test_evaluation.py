@@ -639,3 +639,10 @@ def test_default_plot_dir_names_the_runs():
     assert plots.default_plot_dir(["outputs/a"]) == pathlib.Path("outputs/a/plots")
     assert plots.default_plot_dir(["outputs/a", "other/b"]) == pathlib.Path("plots/a+b")
     assert plots.default_plot_dir(["x/a", "y/b"], labels=["w/o Reward", "OGER"]) == pathlib.Path("plots/w_o_Reward+OGER")
+
+
+def test_vllm_request_seeds_give_every_prompt_its_own_seeds():
+    assert runner.request_seeds(5, 3, 4) == [5, 9, 13]  # sample j of prompt p: 5 + 4 p + j, all distinct
+    assert runner.request_seeds(0, 0, 2) == []
+    with pytest.raises(ValueError, match="num_samples >= 1"):
+        runner.request_seeds(0, 2, 0)

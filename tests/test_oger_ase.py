@@ -45,6 +45,7 @@ def _config(tmp_path, **overrides):
         num_vectors=NUM_VECTORS, pca_dim=4, kmeans_n_init=2, max_completion_length=8, max_steps=2,
         learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
         embedding_model="embedded", seed=0, log_completions=False, steering_alpha=4.0,
+        min_pairs_per_cluster=1,  # a few rollouts per step: the mechanics, not the guard against tiny clusters
     )
     kwargs.update(overrides)
     return OGERASEConfig(**kwargs)

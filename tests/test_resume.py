@@ -41,11 +41,12 @@ def _dataset():
     ])
 
 
-KINDS = {  # trainer, config, its own options
+KINDS = {  # trainer, config, its own options (a bank from every generation's few pairs: min_pairs_per_cluster=1)
     "oger": (OGERTrainer, OGERConfig, dict(embedding_model="embedded")),
-    "ase": (ASEGRPOTrainer, ASEConfig, dict(num_vectors=2, pca_dim=4, kmeans_n_init=2, steering_alpha=4.0)),
+    "ase": (ASEGRPOTrainer, ASEConfig, dict(num_vectors=2, pca_dim=4, kmeans_n_init=2, steering_alpha=4.0,
+                                            min_pairs_per_cluster=1)),
     "oger_ase": (OGERASETrainer, OGERASEConfig, dict(embedding_model="embedded", num_vectors=2, pca_dim=4,
-                                                     kmeans_n_init=2, steering_alpha=4.0)),
+                                                     kmeans_n_init=2, steering_alpha=4.0, min_pairs_per_cluster=1)),
 }
 
 

@@ -215,6 +215,23 @@ def test_compiled_engine_without_slot_is_refused_eager_one_is_patched(tiny_path)
     gc.collect()
 
 
+def test_evaluation_seeds_each_prompt_so_duplicates_differ(tiny_path):
+    from trl_explore.evaluation.runner import SamplingPlan, VLLMGenerator
+
+    generator = VLLMGenerator(tiny_path, max_model_len=256, enforce_eager=True, max_num_batched_tokens=4096,
+                              distributed_executor_backend="external_launcher")
+    prompt = [{"role": "user", "content": "What is 1 + 1?"}]
+    plan = SamplingPlan(num_samples=3, temperature=1.0, max_new_tokens=8)
+    first = generator.generate([prompt, prompt], plan, seed=5).token_ids
+    assert first[0] != first[1]  # two copies of one prompt: different sample sets
+    assert all(first[0][j] != first[1][j] for j in range(3)) and len({tuple(x) for x in first[0]}) == 3
+    assert generator.generate([prompt, prompt], plan, seed=5).token_ids == first  # reproducible
+    # prompt 1 is seeded seed + 1 * num_samples: alone with that seed it gives the same samples
+    assert generator.generate([prompt], plan, seed=8).token_ids[0] == first[1]
+    del generator
+    gc.collect()
+
+
 # ---------------------------------------------------------------- trainers, colocate mode
 def _math_dataset(n=2, offline=False):
     rows = []
@@ -425,7 +442,7 @@ def test_ase_resume_inside_a_generation_is_exact_colocate(tmp_path, tiny_path, s
 
     def run(name, **overrides):
         args = ASEConfig(**_common(tmp_path / name, num_vectors=1, steering_alpha=4.0, pca_dim=4, kmeans_n_init=2,
-                                   steps_per_generation=2, max_steps=3, **overrides))
+                                   steps_per_generation=2, max_steps=3, min_pairs_per_cluster=1, **overrides))
         return ASEGRPOTrainer(tiny_path, reward_funcs=[parity_reward], args=args, train_dataset=_math_dataset(),
                               processing_class=smollm2_tokenizer)
 

@@ -47,6 +47,7 @@ from trl_explore.components import Forward, Rollout
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.hub import create_model_card
+from trl_explore.positions import check_position_ids_supported, mask_positions
 from trl_explore.resume import EpochSampler, UnstorableBatch, load_generation_state, save_generation_state
 from trl_explore.rewards.checks import check_finite_rewards, not_scored_counts
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
@@ -116,6 +117,7 @@ class ExplorationTrainer(GRPOTrainer):
     def __init__(self, model, reward_funcs, args=None, components=(), **kwargs):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         check_launch(self.accelerator)  # DeepSpeed/FSDP launches that Accelerate would not run as launched
+        check_position_ids_supported(self.model)  # left-padded rows must be scored at generate's positions
         self.components = list(components)
         check_column_clash({"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset}, self.components)
         for component in self.components:
@@ -196,7 +198,7 @@ class ExplorationTrainer(GRPOTrainer):
         pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left")
         cm = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0, padding_side="right")
         with torch.no_grad():
-            _, entropies, _ = super()._get_per_token_logps_and_entropies(
+            _, entropies, _ = self._trl_forward(
                 self.model, torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device), c.size(1),
                 compute_entropy=True,
             )
@@ -220,9 +222,18 @@ class ExplorationTrainer(GRPOTrainer):
         return rewards_per_func
 
     # ---------------------------------------------------------------- policy forwards and loss (TRL hooks)
+    def _trl_forward(self, model, *args, **kwargs):
+        """TRL's ``_get_per_token_logps_and_entropies`` with position ids taken from the attention mask, as
+        ``generate`` numbers them. TRL builds the model inputs inside that method (ids, mask, multimodal keys) and
+        has no ``position_ids`` argument, so :func:`~trl_explore.positions.mask_positions` passes them through a
+        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged."""
+        with mask_positions(model):
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # Overrides GRPOTrainer._get_per_token_logps_and_entropies: (a) inside `_compute_loss`, returns the forward the
-        # driver already made (checked to be the same batch); (b) lets the components read TRL's scoring forward.
+        # driver already made (checked to be the same batch); (b) lets the components read TRL's scoring forward;
+        # (c) every forward gets position ids from the attention mask (`_trl_forward`), the reference model's too.
         if self._replay is not None:
             replay_ids, forward = self._replay
             self._replay = None
@@ -230,15 +241,13 @@ class ExplorationTrainer(GRPOTrainer):
                 raise RuntimeError("TRL's loss forward differs from the driver's: see trl_explore.trl_contract")
             return tuple(forward)
         if not self._observe_scoring:
-            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            return self._trl_forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         self._observe_scoring = False
         if any(c.needs_scoring_entropy() for c in self.components):
             kwargs["compute_entropy"] = True
         with contextlib.ExitStack() as stack:
             _contexts(stack, (c.scoring_forward_context(input_ids, attention_mask, logits_to_keep) for c in self.components))
-            forward = Forward(*super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            ))
+            forward = Forward(*self._trl_forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs))
         for component in self.components:
             component.on_scoring_forward(forward)
         return tuple(forward)
@@ -256,7 +265,7 @@ class ExplorationTrainer(GRPOTrainer):
         with contextlib.ExitStack() as stack:
             _contexts(stack, (c.loss_forward_context(inputs, input_ids, attention_mask, logits_to_keep)
                               for c in self.components))
-            forward = Forward(*super()._get_per_token_logps_and_entropies(
+            forward = Forward(*self._trl_forward(
                 model, input_ids, attention_mask, logits_to_keep, compute_entropy=True,
                 compute_aux_loss=self.aux_loss_enabled, **{k: inputs.get(k) for k in LOSS_FORWARD_KEYS},
             ))

@@ -89,6 +89,11 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         "generate_every = self.args.steps_per_generation * self.num_iterations",
     ),
     "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",),
+    # TRL's policy forward passes no position ids: the driver adds them from the attention mask for models with
+    # absolute positions (trl_explore.positions), which reads `attention_mask` from the model call
+    "_get_per_token_logps_and_entropies": (
+        'model_inputs = {"input_ids": input_ids_batch, "attention_mask": attention_mask_batch}',
+    ),
     # every training / evaluation loss goes through the driver's `_compute_loss`
     "compute_loss": ("return self._compute_loss(model, inputs)",),
     "__init__": ("self.vllm_generation = ",),

@@ -75,7 +75,7 @@ def _ase():
     # a group of 6 split 3 + 3 over the processes (ASE gathers readouts and rewards for one bank)
     return ASEGRPOTrainer, ASEConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
         "per_device_train_batch_size": 3, "num_generations": 6, "num_vectors": 2, "pca_dim": 8, "kmeans_n_init": 2,
-        "max_completion_length": 8}
+        "max_completion_length": 8, "min_pairs_per_cluster": 1}
 
 
 def _oger_ase():
@@ -88,7 +88,7 @@ def _oger_ase():
     return OGERASETrainer, OGERASEConfig, _dataset(), {
         "reward_funcs": [parity_reward, OGERRewardFunction(verifier=parity_reward)]}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
-        "embedding_model": "embedded", "num_vectors": 1, "pca_dim": 8, "kmeans_n_init": 2}
+        "embedding_model": "embedded", "num_vectors": 1, "pca_dim": 8, "kmeans_n_init": 2, "min_pairs_per_cluster": 1}
 
 
 # name -> a function returning (trainer class, config class, dataset, trainer kwargs, config kwargs)

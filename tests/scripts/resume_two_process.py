@@ -28,7 +28,8 @@ def make(output_dir, save_steps=None):
     args = ASEConfig(output_dir=str(output_dir), per_device_train_batch_size=6, num_generations=6,
                      steps_per_generation=2, max_completion_length=8, max_steps=8, learning_rate=1e-3, logging_steps=1,
                      report_to="none", use_cpu=True, bf16=False, seed=0, log_completions=False, num_vectors=2,
-                     pca_dim=4, kmeans_n_init=2, steering_alpha=4.0, save_strategy="steps" if save_steps else "no",
+                     pca_dim=4, kmeans_n_init=2, steering_alpha=4.0, min_pairs_per_cluster=1,
+                     save_strategy="steps" if save_steps else "no",
                      save_steps=save_steps or 500)
     trainer = ASEGRPOTrainer(make_tiny_causal_lm(tokenizer), reward_funcs=[parity_reward], args=args,
                              train_dataset=dataset, processing_class=tokenizer)

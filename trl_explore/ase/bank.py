@@ -370,6 +370,9 @@ class SteeringVectorBank:
         max_pairs_per_problem: cap on contrast pairs per problem, chosen uniformly at random without
             replacement when it binds (``contrast_pairs``). ``None`` (default, paper) keeps all, at
             most ``(N/2)^2`` = 16 per problem for N = 8.
+        min_pairs_per_cluster: an update is skipped (the bank kept) when a K-means cluster holds fewer
+            pairs than this, or when there are fewer than ``K * min_pairs_per_cluster`` pairs at all.
+            Default 1: every cluster non-empty (the paper gives no minimum); ``ASEConfig`` uses 4.
         control: one of ``CONTROLS`` (default ``"none"``).
         seed: seed of the bank's generator (default 0).
         num_threads: cap on scikit-learn's BLAS/OpenMP threads during PCA and K-means (default
@@ -389,6 +392,7 @@ class SteeringVectorBank:
         ema_beta: float = 0.5,
         kmeans_n_init: int = 16,
         max_pairs_per_problem: int | None = None,
+        min_pairs_per_cluster: int = 1,
         control: str = "none",
         seed: int = 0,
         num_threads: int | None = None,
@@ -405,6 +409,8 @@ class SteeringVectorBank:
             raise ValueError(f"kmeans_n_init must be >= 1, got {kmeans_n_init}")
         if max_pairs_per_problem is not None and max_pairs_per_problem < 1:
             raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {max_pairs_per_problem}")
+        if min_pairs_per_cluster < 1:
+            raise ValueError(f"min_pairs_per_cluster must be >= 1, got {min_pairs_per_cluster}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
         if control not in CONTROLS:
@@ -415,6 +421,7 @@ class SteeringVectorBank:
         self.ema_beta = float(ema_beta)
         self.kmeans_n_init = int(kmeans_n_init)
         self.max_pairs_per_problem = max_pairs_per_problem
+        self.min_pairs_per_cluster = int(min_pairs_per_cluster)
         self.control = control
         self.seed = int(seed)
         self.num_threads = num_threads
@@ -422,7 +429,7 @@ class SteeringVectorBank:
         self._active: torch.Tensor | None = None
         self._pending: torch.Tensor | None = None
         self.num_updates = 0  # successful estimates (the first one included)
-        self.num_skipped_updates = 0  # updates that kept the bank (too few pairs / clusters)
+        self.num_skipped_updates = 0  # updates that kept the bank (too few pairs, or a cluster too small)
         self.num_activations = 0  # activate() calls that promoted a pending bank
         self._generator = torch.Generator().manual_seed(self.seed)
 
@@ -462,8 +469,10 @@ class SteeringVectorBank:
             Diagnostics (paper Fig. 5), Python floats:
 
             * ``num_pairs``: contrast pairs used (after capping); always present.
-            * ``skipped``: 1.0 if the bank was kept (fewer than K pairs, or fewer than K non-empty
-              clusters), else 0.0; always present except for ``"unstructured_random"``.
+            * ``skipped``: 1.0 if the bank was kept (fewer than ``K * min_pairs_per_cluster`` pairs, or a
+              cluster with fewer than ``min_pairs_per_cluster`` pairs), else 0.0; always present except
+              for ``"unstructured_random"``.
+            * ``smallest_cluster``: pairs in the smallest K-means cluster, when clustering ran.
             * ``cluster_share/k`` for k < K: fraction of pairs in the cluster that feeds bank slot k.
             * ``temporal_alignment``: mean cosine between the (matched) new candidates and the
               previous vectors; absent for the first estimate.
@@ -490,7 +499,7 @@ class SteeringVectorBank:
         diagnostics: dict[str, float] = {"num_pairs": float(len(pairs))}
         if self.control == "unstructured_random":
             return diagnostics
-        if len(pairs) < self.num_vectors:
+        if len(pairs) < self.num_vectors * self.min_pairs_per_cluster:
             return self._skip(diagnostics)
 
         differences = pair_differences(activations, pairs)
@@ -506,7 +515,8 @@ class SteeringVectorBank:
             num_threads=self.num_threads,
         )
         counts = torch.bincount(labels, minlength=self.num_vectors)
-        if (counts == 0).any():
+        diagnostics["smallest_cluster"] = float(counts.min())
+        if (counts < self.min_pairs_per_cluster).any():
             return self._skip(diagnostics)
         if self.control == "random_directions":
             candidates = random_directions_like(candidates, self._generator)
@@ -606,6 +616,7 @@ class SteeringVectorBank:
             "ema_beta": self.ema_beta,
             "kmeans_n_init": self.kmeans_n_init,
             "max_pairs_per_problem": self.max_pairs_per_problem,
+            "min_pairs_per_cluster": self.min_pairs_per_cluster,
             "control": self.control,
             "seed": self.seed,
             "num_threads": self.num_threads,
@@ -695,10 +706,46 @@ class SteeringVectorBank:
         )
 
 
+def applied_strength(vectors: torch.Tensor, alpha: float, hidden_states: torch.Tensor) -> torch.Tensor:
+    """Relative size of each route's offset: ``||alpha * v_k|| / median_i ||h_i||`` (ASE §3.3's ``alpha v_s`` against
+    the activations it is added to).
+
+    The figure that tells whether ``alpha`` nudges or overwrites block L's output: near 0 a small push, near 1 the
+    offset is as large as a typical activation (a replay of the CPU demo's first bank, from 10 pairs, gives 0.36,
+    0.47 and 0.98 at ``alpha = 0.5``: ``benchmarks/bank_readout_offset.py``).
+
+    Args:
+        vectors: ``Tensor[K, d]``, the bank (route ``s`` uses ``vectors[s - 1]``).
+        alpha: the steering strength (finite, >= 0).
+        hidden_states: ``Tensor[N, d]``, clean (unsteered) outputs of the steered block, one row per token sampled
+            (the trainer passes the bank's readouts: one token per rollout, at ``f * len``).
+
+    Returns:
+        ``Tensor[K]`` float64; the median is the usual one (mean of the two middle values for even ``N``).
+
+    Raises:
+        ValueError: shapes disagree, no hidden state, a non-finite ``alpha`` or a zero median norm.
+    """
+    if vectors.dim() != 2 or hidden_states.dim() != 2 or vectors.shape[1] != hidden_states.shape[1]:
+        raise ValueError(f"vectors [K, d] and hidden_states [N, d] must share d; got {tuple(vectors.shape)} and "
+                         f"{tuple(hidden_states.shape)}")
+    if hidden_states.shape[0] == 0:
+        raise ValueError("hidden_states is empty: no activation to compare the vectors with")
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
+    median = torch.quantile(hidden_states.double().norm(dim=1), 0.5)
+    if median == 0:
+        raise ValueError("the median norm of hidden_states is 0")
+    return alpha * vectors.double().norm(dim=1) / median
+
+
 def bank_metrics(diagnostics: dict) -> dict[str, float]:
-    """The ``ase/*`` training metrics of one bank update's diagnostics (see ``SteeringVectorBank.update``)."""
+    """The ``ase/*`` training metrics of one bank update's diagnostics (see ``SteeringVectorBank.update``; the
+    trainer adds ``applied_strength/<route>``, see :func:`applied_strength`)."""
     names = {"temporal_alignment": "ase/temporal_alignment", "inter_cluster_alignment": "ase/inter_cluster_alignment",
-             "mean_vector_norm": "ase/vector_norm"}
+             "mean_vector_norm": "ase/vector_norm", "smallest_cluster": "ase/smallest_cluster"}
     out = {f"ase/cluster_share_{k.split('/')[1]}": v for k, v in diagnostics.items() if k.startswith("cluster_share/")}
+    out.update({f"ase/route_{k.split('/')[1]}_applied_strength": v for k, v in diagnostics.items()
+                if k.startswith("applied_strength/")})
     out.update({names[k]: v for k, v in diagnostics.items() if k in names})
     return out

@@ -19,7 +19,7 @@ import time
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
-from trl_explore.ase.bank import SteeringVectorBank, bank_metrics
+from trl_explore.ase.bank import SteeringVectorBank, applied_strength, bank_metrics
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs
 from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
@@ -179,8 +179,10 @@ class ASEComponent(Component):
         """Estimate the pending bank from this generation's readouts, R_m and problem ids (all processes)."""
         t, step = self.trainer, self.step
         step.updated = True
-        readouts = step.readouts if step.offsets is None else step.readouts + step.offsets  # + alpha v_route
-        readouts = t.accelerator.gather(readouts.to(t.accelerator.device)).cpu()
+        clean = t.accelerator.gather(step.readouts.to(t.accelerator.device)).cpu()  # TRL's forwards are unsteered
+        readouts = clean
+        if step.offsets is not None and t.args.bank_readouts == "steered":  # as generated: clean + alpha v_route
+            readouts = clean + t.accelerator.gather(step.offsets.to(t.accelerator.device)).cpu()
         valid = t.accelerator.gather(step.valid.to(t.accelerator.device)).cpu() & torch.isfinite(step.correct)
         keep = valid.nonzero().squeeze(1)
         start = time.perf_counter()
@@ -190,6 +192,16 @@ class ASEComponent(Component):
             synced = broadcast_object_list([self.bank.state_dict(), diagnostics], from_process=0)
             self.bank.load_state_dict(synced[0])
             diagnostics = synced[1]
+        if diagnostics.get("skipped") and diagnostics["num_pairs"] > 0 and t.accelerator.is_main_process:
+            bank, smallest = self.bank, diagnostics.get("smallest_cluster")
+            why = (f"the smallest K-means cluster holds {int(smallest)}" if smallest is not None
+                   else f"fewer than K x min_pairs_per_cluster = {bank.num_vectors * bank.min_pairs_per_cluster}")
+            logger.warning("ASE: bank update skipped at step %d: %d contrast pairs, %s (min_pairs_per_cluster=%d); the "
+                           "bank is kept", t.state.global_step, diagnostics["num_pairs"], why, bank.min_pairs_per_cluster)
+        vectors = self.bank.vectors if self.bank.pending_vectors is None else self.bank.pending_vectors
+        if vectors is not None and len(keep) > 0:  # the strength the next rollouts are steered with
+            strength = applied_strength(vectors, t.args.steering_alpha, clean[keep])
+            diagnostics.update({f"applied_strength/{s + 1}": v for s, v in enumerate(strength.tolist())})
         self.bank_diagnostics.append({"global_step": t.state.global_step, **diagnostics})
         logged = {"ase/num_pairs": diagnostics["num_pairs"], "ase/skipped_updates": float(self.bank.num_skipped_updates),
                   "ase/bank_update_time": elapsed, **bank_metrics(diagnostics)}

