@@ -252,7 +252,9 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
             extra.update(use_exploration_reward=False)
         trainer = OGERTrainer(model, args=OGERConfig(**common, **extra), **kw)  # times its phases itself ("oger: ...")
     elif variant == "ase":
-        trainer = ASEGRPOTrainer(model, reward_funcs=[math_reward], args=ASEConfig(**common), **kw)
+        # min_pairs_per_cluster=1: the bank update runs (and is timed) on the few pairs of a short benchmark step
+        trainer = ASEGRPOTrainer(model, reward_funcs=[math_reward], args=ASEConfig(**common, min_pairs_per_cluster=1),
+                                 **kw)
         bank = trainer.bank
         state = bank.state_dict()
         g = torch.Generator().manual_seed(a.seed + 17)
