@@ -10,7 +10,10 @@ Variants (same seed, data, model initialisation and config; only the trainer cla
 * ``grpo``:           TRL ``GRPOTrainer``, reward ``trl_explore.math_reward``.
 * ``oger_off``:       ``OGERTrainer`` with both OGER parts off (``num_replacements=0``, ``use_exploration_reward=False``).
 * ``oger_noreward``:  ``OGERTrainer`` with replacement kept and the OGER reward off (``use_exploration_reward=False``).
-* ``oger_full``:      ``OGERTrainer`` with its defaults (replacement + OGER reward).
+* ``oger_full``:      ``OGERTrainer`` with its defaults (replacement + OGER reward). The embedder's precision follows
+                      the training precision (``embedding_dtype="auto"``): float32 in the CPU benchmark.
+* ``oger_bf16emb``:   ``oger_full`` with ``embedding_dtype="bfloat16"`` (the embedder's matrix products under bf16
+                      autocast, what ``"auto"`` picks when training in bf16).
 * ``ase``:            ``ASEGRPOTrainer`` with a bank of random unit vectors loaded before training, so every
                       training rollout batch is steered from step 1 on.
 
@@ -72,11 +75,12 @@ from transformers import TrainerCallback
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_models
 
-VARIANTS = ["grpo", "oger_off", "oger_noreward", "oger_full", "ase"]
+VARIANTS = ["grpo", "oger_off", "oger_noreward", "oger_full", "oger_bf16emb", "ase"]
 
 # (name, numerator, denominator, kind, target) ; kind "max": ratio <= target; "throughput": den/num >= target
 TARGETS = [
     ("OGER full / GRPO (step time; issue 13's target on the tiny model)", "oger_full", "grpo", "max", 1.05),
+    ("OGER full, bf16 embedder / GRPO (step time)", "oger_bf16emb", "grpo", "max", 1.05),
     ("OGER full / OGER reward-off (replacement kept)", "oger_full", "oger_noreward", "max", 1.03),
     ("ASE / GRPO (step time)", "ase", "grpo", "max", 1.02),
     ("OGER both-off throughput / GRPO throughput", "oger_off", "grpo", "throughput", 0.98),
@@ -250,6 +254,8 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
             extra.update(num_replacements=0, use_exploration_reward=False)
         elif variant == "oger_noreward":
             extra.update(use_exploration_reward=False)
+        elif variant == "oger_bf16emb":
+            extra.update(embedding_dtype="bfloat16")
         trainer = OGERTrainer(model, args=OGERConfig(**common, **extra), **kw)  # times its phases itself ("oger: ...")
     elif variant == "ase":
         # min_pairs_per_cluster=1: the bank update runs (and is timed) on the few pairs of a short benchmark step
@@ -447,9 +453,11 @@ def markdown(results: dict) -> str:
                 target = "<= 1.01" if num == "ase" else "(info)"
                 lines.append(f"| {name} | {statistics.median(pn) / statistics.median(pd):.3f} | "
                              f"{min(per):.3f}-{max(per):.3f} | | | {target} | |")
-        fractions = res.get("oger_phase_fractions") or oger_phase_fractions(res["runs"])
-        if fractions:
-            lines += ["", ("OGER's added phases in the `oger_full` run, as a fraction of the GRPO step time of the same "
+        for variant in ("oger_full", "oger_bf16emb"):
+            fractions = oger_phase_fractions(res["runs"], variant)
+            if not fractions:
+                continue
+            lines += ["", (f"OGER's added phases in the `{variant}` run, as a fraction of the GRPO step time of the same "
                       "repeat (median and min-max over repeats; target on SmolLM2: total <= "
                       f"{OGER_PHASE_TARGET:.0%}):"), "", "| OGER phase | / GRPO step | min-max |", "|---|---|---|"]
             for name in [*sorted(k for k in fractions if k != "total"), "total"]:
@@ -502,7 +510,8 @@ def model_results(runs: list[dict], variants: list[str]) -> dict:
     dropped = [r for r in runs if complete and r["repeat"] not in complete]
     runs = [r for r in runs if not complete or r["repeat"] in complete]
     res = {"runs": runs, "step_time": summarize(runs, "step_time"), "wall": summarize(runs, "wall"),
-           "oger_phase_fractions": oger_phase_fractions(runs)}
+           "oger_phase_fractions": oger_phase_fractions(runs),
+           "oger_phase_fractions_bf16emb": oger_phase_fractions(runs, "oger_bf16emb")}
     if dropped:
         res["dropped_runs"] = dropped
     res["targets"], res["info_ratios"] = [], []

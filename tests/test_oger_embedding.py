@@ -4,7 +4,14 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_explore.oger.embedding import TrajectoryEncoder, add_offline_embeddings, pool_windows, token_windows
+from trl_explore.oger.config import OGERConfig
+from trl_explore.oger.embedding import (
+    TrajectoryEncoder,
+    add_offline_embeddings,
+    length_batches,
+    pool_windows,
+    token_windows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +105,54 @@ def test_add_offline_embeddings_column(encoder):
     rows = out["offline_embeddings"]
     assert len(rows[0]) == 2 and len(rows[0][0]) == 384 and rows[1] == []
     assert torch.allclose(torch.tensor(rows[0]), encoder.encode(["x = 2", "y = 3"]), atol=1e-5)
+
+
+def test_length_batches_hand_values():
+    # sorted: 100 (index 1), 95 (2), 12 (3), 10 (0). With a 32-token forward cost, the cheapest cut is
+    # [100, 95] + [12, 10]: 32 + 2 * 100 + 32 + 2 * 12 = 288 (one batch: 32 + 4 * 100 = 432;
+    # [100] + [95, 12, 10]: 449; [100, 95, 12] + [10]: 374; [100] + [95] + [12, 10]: 315)
+    assert length_batches([10, 100, 95, 12], max_rows=4, overhead_tokens=32) == [[1, 2], [3, 0]]
+    assert length_batches([10, 100, 95, 12], max_rows=4, overhead_tokens=1000) == [[1, 2, 3, 0]]
+    assert length_batches([10, 100, 95, 12], max_rows=4, overhead_tokens=0) == [[1], [2], [3], [0]]
+    assert length_batches([10, 100, 95, 12], max_rows=1, overhead_tokens=1000) == [[1], [2], [3], [0]]
+    # the memory bound holds even when one batch would be cheaper: 3 forwards of at most 2 rows; equal lengths keep
+    # their order
+    batches = length_batches([5] * 5, max_rows=2)
+    assert len(batches) == 3 and max(map(len, batches)) == 2 and [i for b in batches for i in b] == [0, 1, 2, 3, 4]
+    assert length_batches([], max_rows=3) == []
+    with pytest.raises(ValueError, match="max_rows"):
+        length_batches([1], max_rows=0)
+
+
+def test_length_batched_embeddings_equal_each_text_alone(encoder):
+    """Batches of similar lengths (here cut into several forwards) give what each text gives alone, unpadded."""
+    texts = ["x", "the sum of the first ten odd numbers is one hundred, so the answer is 100",
+             "let n = 7", "we square both sides and collect terms: 4x^2 - 12x + 9 = 0, so x = 3/2, twice", "ok"]
+    ids = encoder._tokenize(texts)
+    assert len(length_batches([len(x) for x in ids], encoder.batch_size)) > 1
+    alone = torch.cat([encoder.model.encode([t], convert_to_tensor=True, normalize_embeddings=True) for t in texts])
+    assert torch.allclose(encoder.encode(texts), alone.float(), atol=1e-5)
+
+
+def test_bfloat16_forward_stays_close_to_float32():
+    texts = ["first we factor the polynomial, then the answer is seven",
+             "by the pigeonhole principle two of the five points share a half-square, so the distance is at most 1",
+             "\\boxed{42}", "x^2 + y^2 = 25 has 12 integer points"]
+    exact = TrajectoryEncoder("embedded").encode(texts)
+    fast = TrajectoryEncoder("embedded", dtype="bfloat16").encode(texts)
+    assert fast.dtype == torch.float32 and torch.allclose(fast.norm(dim=1), torch.ones(4), atol=1e-5)
+    cosine = (fast * exact).sum(1)
+    assert cosine.min() > 0.999 and not torch.equal(fast, exact)  # autocast changed the products, not the meaning
+    with pytest.raises(ValueError, match="embedding dtype"):
+        TrajectoryEncoder("embedded", dtype="int8")
+
+
+def test_embedding_dtype_auto_follows_the_training_precision(tmp_path):
+    def config(**kw):
+        return OGERConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **kw)
+    assert config(bf16=False).embedder_dtype == "float32"
+    assert config(bf16=True).embedder_dtype == "bfloat16"
+    assert config(bf16=False, embedding_dtype="bfloat16").embedder_dtype == "bfloat16"
+    assert config(bf16=True, embedding_dtype="float32").embedder_dtype == "float32"
+    with pytest.raises(ValueError, match="embedding_dtype"):
+        config(bf16=False, embedding_dtype="half")

@@ -144,6 +144,15 @@ def test_ablations_change_what_they_name(tmp_path, smollm2_tokenizer):
     assert no_clip.epsilon_low == float("inf") and no_clip.epsilon_high == float("inf")
 
 
+def test_embedder_precision_reaches_the_encoder(tmp_path, smollm2_tokenizer):
+    """`embedding_dtype` reaches the trainer's encoder; "auto" under float32 training keeps the exact embedder."""
+    tokenizer = smollm2_tokenizer
+    for setting, expected in (("auto", "float32"), ("bfloat16", "bfloat16")):
+        trainer = OGERTrainer(make_tiny_causal_lm(tokenizer), args=_config(tmp_path, embedding_dtype=setting),
+                              train_dataset=_dataset(), processing_class=tokenizer)
+        assert trainer.oger.encoder.dtype == expected
+
+
 def test_config_rejects_bad_values(tmp_path):
     with pytest.raises(ValueError, match="num_replacements"):
         _config(tmp_path, num_replacements=4)

@@ -73,7 +73,10 @@ if ! grep -q "imports ok" "$out/env.txt"; then log "an import failed: see $out/e
 
 # 3. the benchmark ---------------------------------------------------------------------------------------------
 common=(--tokenizer "$gpu/tokenizer/policy" --embedder-tokenizer "$gpu/tokenizer/embedder"
-        --num-generations 8 --save-partial)
+        --num-generations 8 --save-partial
+        # bf16 training: oger_full's embedder already runs in bfloat16 (embedding_dtype="auto"), so the separate
+        # oger_bf16emb variant of the CPU benchmark would measure the same thing twice
+        --variants grpo,oger_off,oger_noreward,oger_full,ase)
 if [ "$tiny" = 1 ]; then
     args=(--model qwen2-tiny --device cpu --dtype bfloat16 --embedder bge-base-random
           --batch-size 16 --max-completion-length 32 --repeats 1 --steps 1 --time-budget 300

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from trl_explore.oger.embedding import LONG_TEXT_MODES
+from trl_explore.oger.embedding import EMBEDDING_DTYPES, LONG_TEXT_MODES
 from trl_explore.oger.replacement import REPLACEMENT_RULES
 from trl_explore.rewards.modes import MODES, check_grader_mode
 
@@ -37,6 +37,11 @@ class OGERConfig(GRPOConfig):
         embedding_long_text_mode (`str`, defaults to `"truncate"`):
             `"truncate"` (paper) embeds the first `max_seq_length` tokens of a trajectory; `"chunk_mean"`
             averages the embeddings of consecutive windows.
+        embedding_dtype (`str`, defaults to `"auto"`):
+            Precision of the embedder's matrix products: `"float32"`, `"bfloat16"` or `"float16"` (autocast;
+            embeddings are float32 either way), or `"auto"`: the training precision (`bf16=True` -> bfloat16,
+            `fp16=True` -> float16, otherwise float32). On CHAMP answers bfloat16 is 1.76x faster on a CPU with
+            bf16 instructions and moves the divergence by at most 1.8e-3 (`trl_explore.oger.embedding`).
         num_replacements (`int`, defaults to `1`):
             Online completions replaced per group (paper: 1; ablations 2 and 3). 0 disables replacement.
         replacement_rule (`str`, defaults to `"lowest_divergence"`):
@@ -85,6 +90,11 @@ class OGERConfig(GRPOConfig):
     embedding_long_text_mode: str = field(
         default="truncate",
         metadata={"help": "Long trajectories: 'truncate' (paper) or 'chunk_mean'.", "choices": list(LONG_TEXT_MODES)},
+    )
+    embedding_dtype: str = field(
+        default="auto",
+        metadata={"help": "Embedder matmul precision: 'auto' (the training precision: bf16/fp16/float32), "
+                          "'float32', 'bfloat16' or 'float16'.", "choices": ["auto", *EMBEDDING_DTYPES]},
     )
     num_replacements: int = field(
         default=1, metadata={"help": "Online completions replaced by offline ones per group (paper: 1)."}
@@ -150,6 +160,8 @@ class OGERConfig(GRPOConfig):
             raise ValueError(
                 f"embedding_long_text_mode must be one of {LONG_TEXT_MODES}, got {self.embedding_long_text_mode!r}"
             )
+        if self.embedding_dtype not in ("auto", *EMBEDDING_DTYPES):
+            raise ValueError(f"embedding_dtype must be 'auto' or one of {EMBEDDING_DTYPES}, got {self.embedding_dtype!r}")
         if self.last_token not in LAST_TOKEN_CHOICES:
             raise ValueError(f"last_token must be one of {LAST_TOKEN_CHOICES}, got {self.last_token!r}")
         if not (math.isfinite(self.policy_shaping_gamma) and self.policy_shaping_gamma > 0):
@@ -173,3 +185,10 @@ class OGERConfig(GRPOConfig):
                     f"per_device_eval_batch_size ({self.per_device_eval_batch_size}) must be a multiple of the "
                     f"eval group size ({num_eval}) so that each process holds whole groups"
                 )
+
+    @property
+    def embedder_dtype(self) -> str:
+        """The embedder's forward precision, ``embedding_dtype`` with ``"auto"`` resolved from ``bf16`` / ``fp16``."""
+        if self.embedding_dtype != "auto":
+            return self.embedding_dtype
+        return "bfloat16" if self.bf16 else "float16" if self.fp16 else "float32"
