@@ -119,6 +119,11 @@ def test_length_batches_hand_values():
     # their order
     batches = length_batches([5] * 5, max_rows=2)
     assert len(batches) == 3 and max(map(len, batches)) == 2 and [i for b in batches for i in b] == [0, 1, 2, 3, 4]
+    # None (accelerators): the fewest forwards, cut where they pad least
+    assert length_batches([10, 100, 95, 12], max_rows=4, overhead_tokens=None) == [[1, 2, 3, 0]]
+    assert length_batches([10, 100, 95, 12], max_rows=2, overhead_tokens=None) == [[1, 2], [3, 0]]
+    # two forwards either way: [100, 90, 80] + [10, 9] pads to 300 + 20 tokens, [100, 90] + [80, 10, 9] to 200 + 240
+    assert length_batches([100, 90, 80, 10, 9], max_rows=3, overhead_tokens=None) == [[0, 1, 2], [3, 4]]
     assert length_batches([], max_rows=3) == []
     with pytest.raises(ValueError, match="max_rows"):
         length_batches([1], max_rows=0)

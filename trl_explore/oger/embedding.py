@@ -38,8 +38,10 @@ import torch
 LONG_TEXT_MODES = ("truncate", "chunk_mean")
 EMBEDDING_DTYPES = ("float32", "bfloat16", "float16")
 FORWARD_OVERHEAD_TOKENS = 32
-"""A forward's fixed cost in padded tokens, for the batching only: all-MiniLM-L6-v2 on one CPU core (issue 13) takes
-about 10 ms for a forward of 8 tokens and 0.3-0.45 ms per token in forwards of 64-2,048 tokens."""
+"""A forward's fixed cost in padded tokens on a CPU, for the batching only: all-MiniLM-L6-v2 on one CPU core (issue 13)
+takes about 10 ms for a forward of 8 tokens and 0.3-0.45 ms per token in forwards of 64-2,048 tokens. On an accelerator
+a forward's launch cost is worth far more tokens (not measured here), so there the batching keeps the fewest forwards
+and only chooses where to cut them."""
 
 
 def _text_key(text: str) -> str:
@@ -66,7 +68,7 @@ def token_windows(ids: Sequence[int], window: int) -> list[list[int]]:
 
 
 def length_batches(lengths: Sequence[int], max_rows: int,
-                   overhead_tokens: int = FORWARD_OVERHEAD_TOKENS) -> list[list[int]]:
+                   overhead_tokens: int | None = FORWARD_OVERHEAD_TOKENS) -> list[list[int]]:
     """Split windows into batches of similar lengths that minimise the padded work of the embedder.
 
     A batch costs ``overhead_tokens + rows * longest`` (each row is padded to the batch's longest window; every
@@ -77,7 +79,8 @@ def length_batches(lengths: Sequence[int], max_rows: int,
     Args:
         lengths: ``n`` window lengths in tokens.
         max_rows: most rows per batch (the memory bound, e.g. ``embedding_batch_size``), ``>= 1``.
-        overhead_tokens: a forward's fixed cost in tokens (default :data:`FORWARD_OVERHEAD_TOKENS`).
+        overhead_tokens: a forward's fixed cost in tokens (default :data:`FORWARD_OVERHEAD_TOKENS`); ``None``: the
+            fewest forwards, ``ceil(n / max_rows)``, cut where they pad least (a cost above any padding saved).
 
     Returns:
         Batches of indices into ``lengths``: each index once, batches longest first, rows longest first.
@@ -89,6 +92,8 @@ def length_batches(lengths: Sequence[int], max_rows: int,
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep their order
     n = len(order)
+    if overhead_tokens is None:  # one more forward must cost more than all the padding it could save
+        overhead_tokens = max_rows * max(lengths, default=0) + 1
     best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)  # best[k]: least cost of the first k sorted windows
     for end in range(1, n + 1):
         for start in range(max(0, end - max_rows), end):
@@ -210,14 +215,16 @@ class TrajectoryEncoder:
 
     def _embed_windows(self, windows: list[list[int]]) -> torch.Tensor:
         """``[W, d]`` float32 CPU unit-norm embeddings of token-id windows (each within ``window`` ids): special tokens
-        added, in batches of similar lengths (:func:`length_batches`), under autocast when ``dtype`` is not float32."""
+        added, in batches of similar lengths (:func:`length_batches`; on an accelerator the fewest batches), under
+        autocast when ``dtype`` is not float32."""
         model, tokenizer = self.model, self.model.tokenizer
         prefix, suffix = self._special_tokens()
         out = torch.empty(len(windows), self.dim)
         with_types = "token_type_ids" in tokenizer.model_input_names
         autocast = contextlib.nullcontext() if self.dtype == "float32" else torch.autocast(
             model.device.type, dtype=getattr(torch, self.dtype))
-        for rows in length_batches([len(w) for w in windows], self.batch_size):
+        overhead = FORWARD_OVERHEAD_TOKENS if model.device.type == "cpu" else None
+        for rows in length_batches([len(w) for w in windows], self.batch_size, overhead):
             features = tokenizer.pad([{"input_ids": prefix + windows[i] + suffix} for i in rows], return_tensors="pt")
             if with_types:
                 features["token_type_ids"] = torch.zeros_like(features["input_ids"])
