@@ -155,9 +155,9 @@ def test_bfloat16_forward_stays_close_to_float32():
 def test_embedding_dtype_auto_follows_the_training_precision(tmp_path):
     def config(**kw):
         return OGERConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **kw)
-    assert config(bf16=False).embedder_dtype == "float32"
-    assert config(bf16=True).embedder_dtype == "bfloat16"
-    assert config(bf16=False, embedding_dtype="bfloat16").embedder_dtype == "bfloat16"
-    assert config(bf16=True, embedding_dtype="float32").embedder_dtype == "float32"
+    assert config(bf16=False).resolved_embedding_dtype == "float32"
+    assert config(bf16=True).resolved_embedding_dtype == "bfloat16"
+    assert config(bf16=False, embedding_dtype="bfloat16").resolved_embedding_dtype == "bfloat16"
+    assert config(bf16=True, embedding_dtype="float32").resolved_embedding_dtype == "float32"
     with pytest.raises(ValueError, match="embedding_dtype"):
         config(bf16=False, embedding_dtype="half")

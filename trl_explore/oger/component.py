@@ -66,7 +66,7 @@ class OGERComponent(Component):
         if self.encoder is None:
             self.encoder = TrajectoryEncoder(args.embedding_model, device=trainer.accelerator.device,
                                              batch_size=args.embedding_batch_size, long_text_mode=args.embedding_long_text_mode,
-                                             dtype=args.embedder_dtype)
+                                             dtype=args.resolved_embedding_dtype)
         # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
         # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
         load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")

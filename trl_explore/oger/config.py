@@ -187,7 +187,7 @@ class OGERConfig(GRPOConfig):
                 )
 
     @property
-    def embedder_dtype(self) -> str:
+    def resolved_embedding_dtype(self) -> str:
         """The embedder's forward precision, ``embedding_dtype`` with ``"auto"`` resolved from ``bf16`` / ``fp16``."""
         if self.embedding_dtype != "auto":
             return self.embedding_dtype
