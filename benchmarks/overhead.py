@@ -261,24 +261,24 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
         # min_pairs_per_cluster=1: the bank update runs (and is timed) on the few pairs of a short benchmark step
         trainer = ASEGRPOTrainer(model, reward_funcs=[math_reward], args=ASEConfig(**common, min_pairs_per_cluster=1),
                                  **kw)
-        bank = trainer.bank
+        bank = trainer.ase.bank
         state = bank.state_dict()
         g = torch.Generator().manual_seed(a.seed + 17)
         vecs = torch.randn(bank.num_vectors, bank.hidden_size, generator=g)
         state["active"] = vecs / vecs.norm(dim=1, keepdim=True)
         bank.load_state_dict(state)
-        assert trainer.bank.vectors is not None
+        assert trainer.ase.bank.vectors is not None
         _wrap_timer(trainer.ase, "_update_bank", "ase: _update_bank")
-        _wrap_timer(trainer.bank, "update", "ase: bank.update")
+        _wrap_timer(trainer.ase.bank, "update", "ase: bank.update")
         _wrap_timer(trainer.ase, "_store_readouts", "ase: _store_readouts")
         _wrap_timer(trainer.ase, "plan_routes", "ase: plan_routes")
-        steering = trainer.steerer.steering
+        steering = trainer.ase.steerer.steering
 
         def counted_steering(*args, **kwargs):  # proves the rollouts were steered (count per step, as "seconds")
             SINK.add("ase: steered generate calls (count)", 1.0)
             return steering(*args, **kwargs)
 
-        trainer.steerer.steering = counted_steering
+        trainer.ase.steerer.steering = counted_steering
     else:
         raise ValueError(variant)
     return trainer
@@ -311,7 +311,7 @@ def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
     phases = {k: v / max(1, a.steps) for k, v in phases.items()}  # seconds per measured step
     extra = {}
     if variant == "ase":
-        extra["bank_active"] = trainer.bank.vectors is not None
+        extra["bank_active"] = trainer.ase.bank.vectors is not None
     if a.device.startswith("cuda"):
         extra["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     del trainer, model

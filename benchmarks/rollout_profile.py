@@ -104,7 +104,7 @@ def main():
         grpo, ase = trainers["grpo"], trainers["ase"]
         steerer = ActivationSteeringGenerator(grpo.model, layer=ase.args.steering_layer, alpha=ase.args.steering_alpha)
         routes = torch.arange(len(prompts)) % (ase.args.num_vectors + 1)  # balanced: clean route 0, then 1..K
-        vectors = ase.bank.vectors
+        vectors = ase.ase.bank.vectors
 
         def rollout(variant):
             torch.manual_seed(a.seed)

@@ -199,7 +199,7 @@ def measure_group(encoder, tokenizer, texts: TextBank, n: int, m: int, length: i
         sample_offline_indices,
         select_replacements,
     )
-    from trl_explore.rewards.oger_reward import OGERRewardFunction
+    from trl_explore.oger.reward import OGERRewardFunction
 
     online_texts, offline_texts = texts.get(length)
     online_texts, offline_texts = online_texts[:n], offline_texts[:m]

@@ -118,10 +118,10 @@ def measure_rollout_overhead(trainer: ASEGRPOTrainer, dataset, repeats: int = 3)
     num_prompts = max(trainer.args.generation_batch_size // trainer.accelerator.num_processes // n, 1)
     prompts = [row["prompt"] for row in dataset.select(range(min(num_prompts, len(dataset)))) for _ in range(n)]
     prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
-    bank_state = trainer.bank.state_dict()
-    if trainer.bank.vectors is None and trainer.args.bank_control != "unstructured_random":
-        trainer.bank.load_state_dict({**bank_state, "active": torch.nn.functional.normalize(
-            torch.randn(trainer.bank.num_vectors, trainer.bank.hidden_size), dim=1)})
+    bank_state = trainer.ase.bank.state_dict()
+    if trainer.ase.bank.vectors is None and trainer.args.bank_control != "unstructured_random":
+        trainer.ase.bank.load_state_dict({**bank_state, "active": torch.nn.functional.normalize(
+            torch.randn(trainer.ase.bank.num_vectors, trainer.ase.bank.hidden_size), dim=1)})
     trainer.model.train()  # training mode: the trainer steers
     config = trainer.generation_config
     saved_min = config.min_new_tokens
@@ -138,7 +138,7 @@ def measure_rollout_overhead(trainer: ASEGRPOTrainer, dataset, repeats: int = 3)
                     times[name].append(time.perf_counter() - start)
     finally:
         config.min_new_tokens = saved_min
-        trainer.bank.load_state_dict(bank_state)
+        trainer.ase.bank.load_state_dict(bank_state)
     mean = {name: sum(values) / len(values) for name, values in times.items()}
     ratio = mean["steered"] / mean["unsteered"]
     return {"rows": len(prompts), "tokens": trainer.max_completion_length, **mean, "ratio": ratio}
@@ -168,10 +168,10 @@ def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: Mod
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     bank_lines = tuple("bank update: " + ", ".join(f"{k}={v:.4g}" for k, v in entry.items())
-                       for entry in trainer.bank_diagnostics)
+                       for entry in trainer.ase.bank_diagnostics)
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, "train_ase_grpo", ("ase/",),
                time.perf_counter() - start,
-               lines=(*bank_lines, f"bank in {training_args.output_dir}/steering_bank: {trainer.bank}"))
+               lines=(*bank_lines, f"bank in {training_args.output_dir}/steering_bank: {trainer.ase.bank}"))
     if script_args.measure_rollout_overhead:  # on every process: generation may gather sharded weights
         result = measure_rollout_overhead(trainer, dataset)
         if trainer.accelerator.is_main_process:

@@ -43,7 +43,7 @@ def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, "train_oger_ase", ("oger/", "ase/"),
-               time.perf_counter() - start, lines=(f"bank in {training_args.output_dir}/steering_bank: {trainer.bank}",))
+               time.perf_counter() - start, lines=(f"bank in {training_args.output_dir}/steering_bank: {trainer.ase.bank}",))
     return trainer
 
 

@@ -81,10 +81,10 @@ class _Events(TrainerCallback):
 def _instrument(trainer, monkeypatch):
     """Record the bank's life cycle, the steering calls and, right after each generation, the reference numbers."""
     rec = {"events": [], "steering": [], "generations": [], "updates": [], "weights": []}
-    bank = trainer.bank
-    update, activate, steering = bank.update, bank.activate, trainer.steerer.steering
+    bank = trainer.ase.bank
+    update, activate, steering = bank.update, bank.activate, trainer.ase.steerer.steering
     generate_and_score = trainer._generate_and_score_completions
-    weigh = trainer.ase.advantage_weights
+    weigh = trainer.ase.advantages
 
     def spy_update(activations, problem_ids, rewards):
         rec["events"].append(("update", trainer.state.global_step))
@@ -114,11 +114,11 @@ def _instrument(trainer, monkeypatch):
                 routes, table = rec["steering"][-1]["routes"], rec["steering"][-1]["vectors"]
             else:
                 routes, table = torch.zeros_like(output["ase_route"].cpu()), torch.zeros(1, bank.hidden_size)
-            logps, readouts = trainer.steerer.score(
+            logps, readouts = trainer.ase.steerer.score(
                 output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
                 routes, table, temperature=trainer.temperature, readout_fraction=trainer.args.readout_fraction,
             )
-            _, clean = trainer.steerer.score(
+            _, clean = trainer.ase.steerer.score(
                 output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
                 torch.zeros_like(routes), table, temperature=trainer.temperature,
                 readout_fraction=trainer.args.readout_fraction,
@@ -127,20 +127,18 @@ def _instrument(trainer, monkeypatch):
         rec["generations"].append(entry)
         return output
 
-    def spy_weigh(inputs, forward, mode):
-        weights = weigh(inputs, forward, mode)
-        if weights is not None:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
-            before = inputs["advantages"].clone()
-            rec["weights"].append(
-                {"before": before, "after": before.unsqueeze(1) * weights, "routes": inputs["ase_route"].clone()}
-            )
-        return weights
+    def spy_weigh(call):
+        advantages = weigh(call)
+        if advantages is not call.advantages:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
+            before = call.inputs["advantages"].clone()
+            rec["weights"].append({"before": before, "after": advantages.clone(), "routes": call.inputs["ase_route"].clone()})
+        return advantages
 
     monkeypatch.setattr(bank, "update", spy_update)
     monkeypatch.setattr(bank, "activate", spy_activate)
-    monkeypatch.setattr(trainer.steerer, "steering", spy_steering)
+    monkeypatch.setattr(trainer.ase.steerer, "steering", spy_steering)
     monkeypatch.setattr(trainer, "_generate_and_score_completions", spy_generate_and_score)
-    monkeypatch.setattr(trainer.ase, "advantage_weights", spy_weigh)
+    monkeypatch.setattr(trainer.ase, "advantages", spy_weigh)
     trainer.add_callback(_Events(rec["events"]))
     return rec
 
@@ -180,8 +178,8 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
     for call, update in zip(rec["steering"], rec["updates"]):  # generation t + 1 steers with the bank of t
         assert torch.equal(call["vectors"], update["pending"])
 
-    assert len(trainer.bank_diagnostics) == len(rec["updates"])
-    for gen, update, diagnostics in zip(generations, rec["updates"], trainer.bank_diagnostics):
+    assert len(trainer.ase.bank_diagnostics) == len(rec["updates"])
+    for gen, update, diagnostics in zip(generations, rec["updates"], trainer.ase.bank_diagnostics):
         routes = gen["ase_route"].cpu()
         if gen["steered"]:  # balanced: every prompt has 2 rollouts on each of the 3 routes
             for group in routes.view(-1, NUM_GENERATIONS):
@@ -290,9 +288,9 @@ def test_is_weighted_loss_matches_reference(tmp_path, smollm2_tokenizer, loss_ty
 
 def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     trainer = _trainer(tmp_path, smollm2_tokenizer, num_generations_eval=3, per_device_eval_batch_size=6)
-    state = trainer.bank.state_dict()
-    state["active"] = 3.0 * torch.randn(NUM_VECTORS, trainer.bank.hidden_size)  # a strong active bank
-    trainer.bank.load_state_dict(state)
+    state = trainer.ase.bank.state_dict()
+    state["active"] = 3.0 * torch.randn(NUM_VECTORS, trainer.ase.bank.hidden_size)  # a strong active bank
+    trainer.ase.bank.load_state_dict(state)
     rec = _instrument(trainer, monkeypatch)
     metrics = trainer.evaluate(eval_dataset=_dataset())
     assert rec["steering"] == [] and all(torch.all(g["ase_route"] == 0) for g in rec["generations"])
@@ -300,7 +298,7 @@ def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     assert "eval_ase/route_0_accuracy" in metrics and "eval_ase/route_1_accuracy" not in metrics
     assert rec["updates"] == []  # evaluation never touches the bank
     trainer.model.train()  # the same trainer would steer a training generation with that bank
-    routes, table, _ = trainer._plan_routes(NUM_GENERATIONS, NUM_GENERATIONS)
+    routes, table, _ = trainer.ase.plan_routes(NUM_GENERATIONS, NUM_GENERATIONS)
     assert torch.equal(table, state["active"]) and routes.tolist() == [0, 0, 1, 1, 2, 2]
 
 
@@ -309,9 +307,9 @@ def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokeniz
     trainer = _trainer(tmp_path, smollm2_tokenizer, max_steps=1, min_pairs_per_cluster=10)
     with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
         trainer.train()
-    (diagnostics,) = trainer.bank_diagnostics
+    (diagnostics,) = trainer.ase.bank_diagnostics
     assert diagnostics["skipped"] == 1.0 and diagnostics["num_pairs"] > 0
-    assert trainer.bank.vectors is None and trainer.bank.pending_vectors is None
+    assert trainer.ase.bank.vectors is None and trainer.ase.bank.pending_vectors is None
     assert (f"{int(diagnostics['num_pairs'])} contrast pairs, fewer than K x min_pairs_per_cluster = 20 "
             "(min_pairs_per_cluster=10)") in caplog.text
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
@@ -323,16 +321,16 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
 
     class SnapshotOnSave(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
-            saved[state.global_step] = trainer.bank.state_dict()
+            saved[state.global_step] = trainer.ase.bank.state_dict()
 
     # 2 prompts, one per step: both steps lie in the first epoch (later epochs and checkpoints inside a generation:
     # tests/test_resume.py)
     trainer = _trainer(tmp_path / "a", smollm2_tokenizer, save_strategy="steps", save_steps=1,
                        callbacks=[SnapshotOnSave()])
     trainer.train()
-    assert trainer.bank.vectors is not None
+    assert trainer.ase.bank.vectors is not None
     final_a = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    bank_a = trainer.bank.state_dict()
+    bank_a = trainer.ase.bank.state_dict()
     loss_a = [e["loss"] for e in trainer.state.log_history if "loss" in e]
 
     checkpoint = tmp_path / "a" / "out" / "checkpoint-1"
@@ -343,7 +341,7 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
 
     def spy_load(path):
         original_load(path)
-        loaded.update(resumed.bank.state_dict())
+        loaded.update(resumed.ase.bank.state_dict())
 
     resumed._load_optimizer_and_scheduler = spy_load
     resumed.train(resume_from_checkpoint=str(checkpoint))
@@ -357,7 +355,7 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
     assert len(loss_a) == len(loss_b) == 2 and loss_b[1] == pytest.approx(loss_a[1], rel=1e-6, abs=1e-12)
     for name, param in resumed.model.named_parameters():
         assert torch.equal(param.detach(), final_a[name]), name
-    assert torch.equal(resumed.bank.vectors, bank_a["active"])
+    assert torch.equal(resumed.ase.bank.vectors, bank_a["active"])
     bank_dir = tmp_path / "b" / "out" / "steering_bank"
     resumed.save_model()
     assert torch.equal(SteeringVectorBank.load(bank_dir).vectors, bank_a["active"])
@@ -367,7 +365,7 @@ def test_unstructured_random_control_steers_every_rollout(tmp_path, smollm2_toke
     trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1, steering_alpha=4.0)
     rec = _instrument(trainer, monkeypatch)
     trainer.train()
-    assert rec["updates"] == [] and trainer.bank.vectors is None
+    assert rec["updates"] == [] and trainer.ase.bank.vectors is None
     (call,) = rec["steering"]
     rows = NUM_GENERATIONS
     assert call["routes"].tolist() == list(range(1, rows + 1))  # one vector per rollout, no clean route
@@ -459,10 +457,10 @@ def spy(inputs):
 trainer._generate_and_score_completions = spy
 trainer.train()
 rank = trainer.accelerator.process_index
-bank = trainer.bank
+bank = trainer.ase.bank
 (out / f"rank{{rank}}.json").write_text(json.dumps({{
     "routes": routes, "vectors": None if bank.vectors is None else bank.vectors.tolist(),
-    "num_updates": bank.num_updates, "diagnostics": trainer.bank_diagnostics,
+    "num_updates": bank.num_updates, "diagnostics": trainer.ase.bank_diagnostics,
 }}))
 '''
 

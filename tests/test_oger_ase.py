@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 
 from conftest import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import OGERASEConfig, OGERASETrainer
+from trl_explore.ase import component as ase_component
 from trl_explore.oger import component as oger_component
 from trl_explore.oger.entropy import entropy_from_logits
 
@@ -71,8 +72,8 @@ def _trainer(tmp_path, tokenizer, reward_funcs=None, callbacks=None, **overrides
 def _instrument(trainer, monkeypatch):
     """Record replacements, steering calls, bank updates, IS weights and, per generation, the batch and references."""
     rec = {"replacements": [], "steering": [], "updates": [], "weights": [], "generations": []}
-    select, steering, update = oger_component.select_replacements, trainer.steerer.steering, trainer.bank.update
-    weigh, generate_and_score = trainer.ase.advantage_weights, trainer._generate_and_score_completions
+    select, steering, update = oger_component.select_replacements, trainer.ase.steerer.steering, trainer.ase.bank.update
+    weigh, generate_and_score = ase_component.routed_importance_weights, trainer._generate_and_score_completions
 
     def spy_select(divergence, k, rule="lowest_divergence", generator=None):
         chosen = select(divergence, k, rule, generator)
@@ -88,11 +89,16 @@ def _instrument(trainer, monkeypatch):
         rec["updates"].append({"problem_ids": list(problem_ids), "num_rows": activations.shape[0]})
         return update(activations, problem_ids, rewards)
 
-    def spy_weigh(inputs, forward, mode):
-        weights = weigh(inputs, forward, mode)
-        if weights is not None:
-            rec["weights"].append({"weights": weights.clone(), "routes": inputs["ase_route"].clone()})
-        return weights
+    def spy_weigh(current, behaviour, mask, steered, cap):  # the truncated IS weights ASE multiplies in
+        weights, clipped = weigh(current, behaviour, mask, steered, cap)
+        rec["weights"].append({"weights": weights.clone(), "routes": rec["routes"]})
+        return weights, clipped
+
+    advantages = trainer.ase.advantages
+
+    def spy_advantages(call):  # the routes of the micro-batch whose weights spy_weigh records
+        rec["routes"] = call.inputs["ase_route"].clone()
+        return advantages(call)
 
     def spy_generate_and_score(inputs):
         calls = len(rec["steering"])
@@ -110,9 +116,10 @@ def _instrument(trainer, monkeypatch):
         return output
 
     monkeypatch.setattr(oger_component, "select_replacements", spy_select)
-    monkeypatch.setattr(trainer.steerer, "steering", spy_steering)
-    monkeypatch.setattr(trainer.bank, "update", spy_update)
-    monkeypatch.setattr(trainer.ase, "advantage_weights", spy_weigh)
+    monkeypatch.setattr(trainer.ase.steerer, "steering", spy_steering)
+    monkeypatch.setattr(trainer.ase.bank, "update", spy_update)
+    monkeypatch.setattr(ase_component, "routed_importance_weights", spy_weigh)
+    monkeypatch.setattr(trainer.ase, "advantages", spy_advantages)
     monkeypatch.setattr(trainer, "_generate_and_score_completions", spy_generate_and_score)
     return rec
 
@@ -233,7 +240,7 @@ def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer
 
     class Snapshot(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
-            saved[state.global_step] = first.bank.state_dict()
+            saved[state.global_step] = first.ase.bank.state_dict()
 
     first = _trainer(tmp_path / "a", smollm2_tokenizer, save_strategy="steps", save_steps=1, callbacks=[Snapshot()])
     rec_a = _instrument(first, monkeypatch)
@@ -247,7 +254,7 @@ def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer
     assert torch.equal(gen_a["completion_ids"], gen_b["completion_ids"])  # the teacher drawn and the sampled tokens
     assert rec_a["replacements"][1]["chosen"].tolist() == rec_b["replacements"][0]["chosen"].tolist()
     assert torch.equal(rec_a["steering"][-1]["vectors"], rec_b["steering"][-1]["vectors"])  # the restored bank
-    assert torch.equal(first.bank.vectors, resumed.bank.vectors)
+    assert torch.equal(first.ase.bank.vectors, resumed.ase.bank.vectors)
     assert saved[1]["active"] is not None
     for (name, pa), pb in zip(first.model.named_parameters(), resumed.model.parameters()):
         assert torch.equal(pa, pb), name
@@ -324,10 +331,10 @@ def spy(inputs):
 
 trainer._generate_and_score_completions = spy
 trainer.train()
-bank = trainer.bank
+bank = trainer.ase.bank
 (out / f"rank{{trainer.accelerator.process_index}}.json").write_text(json.dumps({{
     "groups": groups, "vectors": None if bank.vectors is None else bank.vectors.tolist(),
-    "num_updates": bank.num_updates, "diagnostics": trainer.bank_diagnostics,
+    "num_updates": bank.num_updates, "diagnostics": trainer.ase.bank_diagnostics,
 }}))
 '''
 

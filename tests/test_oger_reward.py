@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_explore.rewards.oger_reward import OGERRewardFunction
+from trl_explore.oger.reward import OGERRewardFunction
 
 
 class FixedEncoder:

@@ -293,10 +293,10 @@ def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smo
                           processing_class=smollm2_tokenizer)
     rows = [{"prompt": [{"role": "user", "content": "1 + 1?"}], "answer": "2"}] * 4
     trainer.model.eval()
-    assert trainer._offline_for_group(rows, range(4)) == ([], [], None)
+    assert trainer.oger.offline_for_group(rows, range(4)) == ([], [], None)
     trainer.model.train()
     with pytest.raises(ValueError, match="no column 'offline_completions'"):
-        trainer._offline_for_group(rows, range(4))
+        trainer.oger.offline_for_group(rows, range(4))
 
 
 def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_tokenizer, monkeypatch):
@@ -304,8 +304,8 @@ def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_toke
     args = _config(tmp_path, num_replacements=0, use_exploration_reward=False, max_steps=1)
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=_dataset(),
                           processing_class=smollm2_tokenizer)
-    monkeypatch.setattr(trainer.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
-    monkeypatch.setattr(trainer.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
+    monkeypatch.setattr(trainer.oger.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
+    monkeypatch.setattr(trainer.oger.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
     monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda *a, **k: pytest.fail("entropy hook"))
     trainer.train()
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}

@@ -67,13 +67,13 @@ def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_to
     trainer = ASEGRPOTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[parity_reward], args=args,
                              train_dataset=ase_dataset(), processing_class=smollm2_tokenizer, peft_config=_lora())
     steered_tables = []
-    steering = trainer.steerer.steering
+    steering = trainer.ase.steerer.steering
 
     def spy(route_ids, vectors, alpha=None):
         steered_tables.append((route_ids.clone(), vectors.clone()))
         return steering(route_ids, vectors, alpha)
 
-    monkeypatch.setattr(trainer.steerer, "steering", spy)
+    monkeypatch.setattr(trainer.ase.steerer, "steering", spy)
     norms_after = []
 
     class _Record(TrainerCallback):
@@ -92,12 +92,12 @@ def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_to
     ids = smollm2_tokenizer(["What is 1 + 1?", "What is 2 + 2?"], return_tensors="pt", padding=True)
     completion = torch.randint(0, 1000, (2, 5))
     routes = torch.tensor([0, 1])
-    table = torch.ones(1, trainer.bank.hidden_size)  # K = 1 vector: route 1 adds alpha * 1 to every unit
+    table = torch.ones(1, trainer.ase.bank.hidden_size)  # K = 1 vector: route 1 adds alpha * 1 to every unit
     kwargs = dict(temperature=1.0, readout_fraction=1.0)
-    clean_logps, clean_read = trainer.steerer.score(ids["input_ids"], ids["attention_mask"], completion,
+    clean_logps, clean_read = trainer.ase.steerer.score(ids["input_ids"], ids["attention_mask"], completion,
                                                     torch.ones_like(completion), routes, torch.zeros_like(table),
                                                     **kwargs)
-    logps, read = trainer.steerer.score(ids["input_ids"], ids["attention_mask"], completion,
+    logps, read = trainer.ase.steerer.score(ids["input_ids"], ids["attention_mask"], completion,
                                         torch.ones_like(completion), routes, table, **kwargs)
     assert torch.equal(logps[0], clean_logps[0])  # the clean route is untouched
     assert not torch.allclose(logps[1], clean_logps[1])  # the steered route is not
@@ -129,4 +129,4 @@ def test_oger_ase_lora_trains_every_adapter_and_keeps_the_base(tmp_path, smollm2
     assert len(norms_after[0]) == 4 and all(v > 0 for v in norms_after[0].values()), norms_after[0]  # after step 1
     for name, value in _frozen_base(trainer.model).items():
         assert torch.equal(value, base_before[name]), name
-    assert trainer.bank.num_updates >= 1  # the bank was estimated from the PEFT model's readouts
+    assert trainer.ase.bank.num_updates >= 1  # the bank was estimated from the PEFT model's readouts

@@ -87,7 +87,7 @@ def test_trl_forwards_of_the_driver_score_padded_rows_at_generate_positions(tmp_
     assert (trl_padded[0][0] - alone[0][0]).abs().max() > 1e-2 and (trl_padded[2][0] - alone[2][0]).abs().max() > 1e-2
 
     # the OGER last-token-entropy forward (prompt and completion lists, padded by the driver)
-    entropies = trainer._forward_last_token_entropy([SHORT, LONG], [COMPLETION, COMPLETION])
+    entropies = trainer.policy_forward([SHORT, LONG], [COMPLETION, COMPLETION]).entropies.float().cpu()
     assert (entropies[0] - alone[1][0]).abs().max() < 1e-5
 
 

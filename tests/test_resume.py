@@ -77,7 +77,7 @@ def _losses(trainer) -> dict[int, float]:
 
 
 def _bank(trainer):
-    return trainer.bank.state_dict() if hasattr(trainer, "bank") else None
+    return trainer.ase.bank.state_dict() if hasattr(trainer, "bank") else None
 
 
 def _assert_same_bank(a, b):
@@ -122,7 +122,7 @@ def test_resume_inside_a_generation_and_across_an_epoch_is_exact(kind, tmp_path,
         assert diff == 0.0, (checkpoint, diff)
         _assert_same_bank(_bank(full), _bank(resumed))
     if kind != "oger":
-        assert full.bank.num_updates == 2  # one update per generation, none again on resume
+        assert full.ase.bank.num_updates == 2  # one update per generation, none again on resume
 
 
 def test_generation_state_round_trip(tmp_path):
@@ -178,7 +178,7 @@ def test_checkpoint_inside_a_generation_with_unstorable_batch_warns(tmp_path, sm
                                  train_dataset=Dataset.from_list([{"prompt": "1 + 1 ="}] * 2),
                                  processing_class=smollm2_tokenizer)
     trainer._step, trainer._buffered_inputs = 1, [{"ids": torch.zeros(2), "images": [object(), object()]}] * 2
-    with caplog.at_level(logging.WARNING, logger="trl_explore.driver"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
         trainer._save_rng_state(str(tmp_path / "checkpoint-1"))
     assert "'images'" in caplog.text and "generates this generation's remaining batches again" in caplog.text
     assert load_generation_state(str(tmp_path / "checkpoint-1"), 0, "cpu") == (1, None)
@@ -187,7 +187,7 @@ def test_checkpoint_inside_a_generation_with_unstorable_batch_warns(tmp_path, sm
     assert load_generation_state(str(tmp_path / "checkpoint-2"), 0, "cpu") == (2, None)
     trainer.use_vllm, trainer.args.vllm_mode = True, "server"  # the server's sampler state is not in a checkpoint
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="trl_explore.driver"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
         for step in (3, 4):
             trainer._save_rng_state(str(tmp_path / f"checkpoint-{step}"))
     assert caplog.text.count("vLLM server's sampler state") == 1  # once per run

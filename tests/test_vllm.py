@@ -335,22 +335,22 @@ def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, 
     trainer = ASEGRPOTrainer(
         tiny_path, reward_funcs=[parity_reward], args=args, train_dataset=_math_dataset(), processing_class=smollm2_tokenizer
     )
-    state = trainer.bank.state_dict()
+    state = trainer.ase.bank.state_dict()
     vectors = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(0))
     state["active"] = vectors / vectors.norm()
-    trainer.bank.load_state_dict(state)
+    trainer.ase.bank.load_state_dict(state)
     calls = []
-    steering = trainer.vllm_steerer.steering
+    steering = trainer.ase.vllm_steerer.steering
 
     def spy(route_ids, vectors, alpha=None):
         calls.append(route_ids.clone())
         return steering(route_ids, vectors, alpha)
 
-    trainer.vllm_steerer.steering = spy
+    trainer.ase.vllm_steerer.steering = spy
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2
     assert sorted(calls[0].tolist()) == [0, 0, 1, 1]  # balanced routes: 2 clean, 2 steered
-    assert trainer.vllm_steerer.hook_calls > 0 and trainer.vllm_steerer.hook_calls == trainer.vllm_steerer.forward_calls
+    assert trainer.ase.vllm_steerer.hook_calls > 0 and trainer.ase.vllm_steerer.hook_calls == trainer.ase.vllm_steerer.forward_calls
     history = _history(trainer)
     assert 0.0 < history["ase/is_weight_mean"] <= 2.0
     assert "ase/route_1_accuracy" in history and "sampling/importance_sampling_ratio/mean" in history
@@ -367,8 +367,8 @@ def test_oger_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer)
         tiny_path, args=args, train_dataset=_math_dataset(offline=True), processing_class=smollm2_tokenizer
     )
     forwards = []
-    original = trainer._forward_last_token_entropy
-    trainer._forward_last_token_entropy = lambda *a, **k: forwards.append(1) or original(*a, **k)
+    original = trainer.policy_forward
+    trainer.policy_forward = lambda *a, **k: forwards.append(1) or original(*a, **k)
     batches = []
     score = trainer._generate_and_score_completions
 
@@ -406,15 +406,15 @@ def test_oger_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokeni
         tiny_path, reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)], args=args,
         train_dataset=_math_dataset(offline=True), processing_class=smollm2_tokenizer,
     )
-    state = trainer.bank.state_dict()
+    state = trainer.ase.bank.state_dict()
     vectors = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(0))
     state["active"] = vectors / vectors.norm()  # steered from the first step
-    trainer.bank.load_state_dict(state)
+    trainer.ase.bank.load_state_dict(state)
     calls, forwards, batches = [], [], []
-    steering, original, score = (trainer.vllm_steerer.steering, trainer._forward_last_token_entropy,
+    steering, original, score = (trainer.ase.vllm_steerer.steering, trainer.policy_forward,
                                  trainer._generate_and_score_completions)
-    trainer.vllm_steerer.steering = lambda ids, vectors, alpha=None: calls.append(ids.clone()) or steering(ids, vectors, alpha)
-    trainer._forward_last_token_entropy = lambda *a, **k: forwards.append(1) or original(*a, **k)
+    trainer.ase.vllm_steerer.steering = lambda ids, vectors, alpha=None: calls.append(ids.clone()) or steering(ids, vectors, alpha)
+    trainer.policy_forward = lambda *a, **k: forwards.append(1) or original(*a, **k)
     trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2 and len(forwards) == 2

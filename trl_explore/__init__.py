@@ -23,16 +23,22 @@ _LAZY = {
     "math_reward": "trl_explore.rewards.math_verify_reward",
     "verify_answer": "trl_explore.rewards.math_verify_reward",
     "extract_answer": "trl_explore.rewards.math_verify_reward",
-    "OGERRewardFunction": "trl_explore.rewards.oger_reward",
+    "OGERRewardFunction": "trl_explore.oger.reward",
     "OfflineDatasetBuilder": "trl_explore.data.builder",
     "build_offline_dataset": "trl_explore.data.builder",
     "OGERConfig": "trl_explore.oger.config",
+    "OGEROptions": "trl_explore.oger.options",
+    "OGERComponent": "trl_explore.oger.component",
     "OGERTrainer": "trl_explore.oger.trainer",
     "ASEConfig": "trl_explore.ase.config",
+    "ASEOptions": "trl_explore.ase.options",
+    "ASEComponent": "trl_explore.ase.component",
     "ASEGRPOTrainer": "trl_explore.ase.trainer",
     "OGERASEConfig": "trl_explore.oger_ase",
     "OGERASETrainer": "trl_explore.oger_ase",
     "ExplorationTrainer": "trl_explore.driver",
+    "ExplorationConfig": "trl_explore.config",
+    "ComponentOptions": "trl_explore.config",
     "Component": "trl_explore.components",
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",
@@ -66,4 +72,4 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only
     from trl_explore.oger.trainer import OGERTrainer
     from trl_explore.oger_ase import OGERASEConfig, OGERASETrainer
     from trl_explore.rewards.math_verify_reward import MathVerifyReward, extract_answer, math_reward, verify_answer
-    from trl_explore.rewards.oger_reward import OGERRewardFunction
+    from trl_explore.oger.reward import OGERRewardFunction

@@ -298,7 +298,7 @@ def resolve_embedder_path(name_or_path: str | os.PathLike | None) -> str:
     return os.fspath(name_or_path)
 
 
-def resolve_model_and_config(model, args, config_cls: type, suffix: str):
+def resolve_model_and_config(model, args, config_cls: type, suffix: str, check_type: bool = True):
     """The trainers' shared start: resolve an embedded-model alias and build a default config.
 
     Args:
@@ -306,20 +306,24 @@ def resolve_model_and_config(model, args, config_cls: type, suffix: str):
         args: a config instance, or None for ``config_cls(output_dir="<model name>-<suffix>")``.
         config_cls: the config class the trainer needs (e.g. ``OGERConfig``).
         suffix: the method's name in the default output directory (e.g. ``"OGER"``).
+        check_type: require ``args`` to be a ``config_cls`` (else any ``GRPOConfig`` is accepted).
 
     Returns:
         ``(model, args)`` with ``model`` resolved when it was a string.
 
     Raises:
-        TypeError: ``args`` is not an instance of ``config_cls``.
+        TypeError: ``args`` is not an instance of ``config_cls`` (or, with ``check_type=False``, of ``GRPOConfig``).
     """
+    from trl import GRPOConfig
+
     if isinstance(model, (str, os.PathLike)):
         model = resolve_model_path(model)
     if args is None:
         name = model if isinstance(model, str) else model.config._name_or_path
-        args = config_cls(f"{str(name).rstrip('/').split('/')[-1]}-{suffix}")
-    if not isinstance(args, config_cls):
-        raise TypeError(f"this trainer needs a {config_cls.__name__}, got {type(args).__name__}")
+        args = config_cls(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-{suffix}")
+    required = config_cls if check_type else GRPOConfig
+    if not isinstance(args, required):
+        raise TypeError(f"this trainer needs a {required.__name__}, got {type(args).__name__}")
     return model, args
 
 

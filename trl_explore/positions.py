@@ -21,6 +21,8 @@ import inspect
 import torch
 from torch import nn
 
+from trl_explore.models import unwrap_model
+
 ABSOLUTE_POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
 """Attribute names of learned or sinusoidal absolute position tables in transformers' causal LMs (GPT-2, GPT-Neo,
 GPTBigCode: ``wpe``; OPT, BioGPT, XGLM: ``embed_positions``; others: ``position_embeddings``)."""
@@ -54,8 +56,6 @@ def positions_from_mask(attention_mask: torch.Tensor, length: int | None = None)
 def absolute_position_owner(model: nn.Module) -> nn.Module | None:
     """The submodule of ``model`` whose direct child is an absolute position table (``ABSOLUTE_POSITION_TABLES``),
     e.g. ``GPT2Model`` for GPT-2; ``None`` for RoPE / ALiBi models (nothing to do for them)."""
-    from trl_explore.ase.steering import unwrap_model
-
     for module in unwrap_model(model).modules():
         if any(module._modules.get(name) is not None for name in ABSOLUTE_POSITION_TABLES):  # registered children
             return module
@@ -71,8 +71,6 @@ def check_position_ids_supported(model: nn.Module) -> None:
     its left-padded rows could not be scored at the positions ``generate`` used."""
     owner = absolute_position_owner(model)
     if owner is not None and not _takes_position_ids(owner):
-        from trl_explore.ase.steering import unwrap_model
-
         config = getattr(unwrap_model(model), "config", None)
         model_type = getattr(config, "model_type", type(unwrap_model(model)).__name__)
         raise ValueError(

@@ -15,12 +15,15 @@ epoch. :class:`~trl_explore.driver.ExplorationTrainer` uses the two parts below 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch.utils.data import Sampler
+
+logger = logging.getLogger(__name__)
 
 STATE_DIR = "generation_state"
 """Sub-folder of a checkpoint holding each process's ``process_{i}.json`` and ``process_{i}.safetensors``."""
@@ -137,3 +140,59 @@ class EpochSampler(Sampler):
             for _ in range(epoch):  # the permutations of the epochs before (RepeatSampler draws one per iteration)
                 torch.randperm(inner.num_samples, generator=inner.generator)
         return iter(inner)
+
+
+class ResumableTrainerMixin:
+    """The checkpoint side of :class:`~trl_explore.driver.ExplorationTrainer`: component state next to the weights,
+    TRL's generation buffer per process, the training sampler's epoch. A mixin over ``GRPOTrainer`` (it comes first in
+    the bases; ``super()`` is TRL's trainer) that reads ``self.components``."""
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        # Overrides Trainer.save_model (called for every checkpoint and for the final model): component state goes
+        # next to the weights.
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            for component in self.components:
+                component.save(output_dir or self.args.output_dir)
+
+    def _save_rng_state(self, output_dir: str):
+        # Overrides Trainer._save_rng_state: the one hook `_save_checkpoint` calls on every process with the checkpoint
+        # folder, for the state a resume needs (not with `save_only_model`, whose checkpoints Trainer cannot resume).
+        # Adds TRL's micro-step counter and, inside a generation, the batches TRL buffered from it (per process).
+        super()._save_rng_state(output_dir)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        buffered = self._buffered_inputs if self._step % generate_every else None  # None: a generation starts next
+        try:
+            save_generation_state(output_dir, self.args.process_index, self._step, buffered)
+        except UnstorableBatch as err:
+            save_generation_state(output_dir, self.args.process_index, self._step, None)
+            logger.warning("%s: %s; a run resumed from this checkpoint generates this generation's remaining batches "
+                           "again, and does not continue as the uninterrupted run", output_dir, err)
+        if self.use_vllm and self.args.vllm_mode == "server" and not getattr(self, "_warned_server_resume", False):
+            self._warned_server_resume = True
+            logger.warning("%s: the vLLM server's sampler state is not part of a checkpoint: a run resumed from it "
+                           "samples other completions than the uninterrupted run from its next generation on", output_dir)
+
+    def _get_train_sampler(self, dataset=None):
+        # Overrides GRPOTrainer._get_train_sampler: TRL's RepeatSampler, wrapped so that epoch e has the uninterrupted
+        # run's order of epoch e also when the run was resumed (TRL's draws epoch 0's order again).
+        self._epoch_sampler = EpochSampler(super()._get_train_sampler(dataset))
+        return self._epoch_sampler
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # Overrides GRPOTrainer._load_optimizer_and_scheduler (as TRL does for its entropy controller): restores the
+        # components' state, TRL's generation buffer and step counter, and the sampler's epoch when resuming.
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        for component in self.components:
+            component.load(checkpoint)
+        state = load_generation_state(checkpoint, self.args.process_index, self.accelerator.device)
+        if state is not None:
+            self._step, buffered = state
+            if buffered is not None:
+                self._buffered_inputs = buffered
+        sampler = getattr(self, "_epoch_sampler", None)
+        if sampler is not None and self.state.epoch is not None:
+            # the epoch Trainer resumes in (Trainer sets it again where Accelerate's wrappers forward set_epoch)
+            sampler.set_epoch(math.floor(self.state.epoch))

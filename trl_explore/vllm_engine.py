@@ -55,6 +55,20 @@ def is_cpu_engine() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def vllm_model_runner(llm):
+    """The in-process model runner of a vLLM ``LLM`` (colocate mode), or raise ``RuntimeError``."""
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    worker = getattr(executor, "driver_worker", None)
+    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+    if runner is None:
+        raise RuntimeError(
+            "the vLLM model runner is not reachable from this process: steering in colocate mode needs the engine "
+            "in-process (TRL's colocate mode does this with distributed_executor_backend='external_launcher'; for a "
+            "plain LLM set VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+        )
+    return runner
+
+
 def use_reload_weights_on_cpu(vllm_generation) -> bool:
     """On vLLM's CPU backend, make ``vllm_generation.sync_weights`` load the weights with ``reload_weights``.
 
@@ -70,8 +84,6 @@ def use_reload_weights_on_cpu(vllm_generation) -> bool:
     """
     if getattr(vllm_generation, "mode", None) != "colocate" or not is_cpu_engine():
         return False
-    from trl_explore.ase.steering.vllm import vllm_model_runner
-
     runner = vllm_model_runner(vllm_generation.llm)
 
     def sync_weights() -> None:

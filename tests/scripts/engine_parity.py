@@ -144,10 +144,10 @@ def _train(trainer_name: str, model, tokenizer, engine: str, out: Path):
         "grad_norm": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
     }
     if hasattr(trainer, "encoder"):
-        record["embedder"] = _parameter_summary(trainer.encoder.model)
+        record["embedder"] = _parameter_summary(trainer.oger.encoder.model)
     if hasattr(trainer, "bank"):
-        record["bank"] = None if trainer.bank.vectors is None else trainer.bank.vectors.tolist()
-        record["bank_updates"] = trainer.bank.num_updates
+        record["bank"] = None if trainer.ase.bank.vectors is None else trainer.ase.bank.vectors.tolist()
+        record["bank_updates"] = trainer.ase.bank.num_updates
     return trainer, record
 
 

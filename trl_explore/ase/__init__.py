@@ -8,7 +8,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 _LAZY = {
+    "ASEComponent": "trl_explore.ase.component",
     "ASEConfig": "trl_explore.ase.config",
+    "ASEOptions": "trl_explore.ase.options",
     "ASEGRPOTrainer": "trl_explore.ase.trainer",
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",

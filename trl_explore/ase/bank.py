@@ -413,8 +413,7 @@ class SteeringVectorBank:
             raise ValueError(f"min_pairs_per_cluster must be >= 1, got {min_pairs_per_cluster}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
-        if control not in CONTROLS:
-            raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+        BANK_CONTROLS.check(control, "control")
         self.hidden_size = int(hidden_size)
         self.num_vectors = int(num_vectors)
         self.pca_dim = int(pca_dim)
@@ -497,13 +496,14 @@ class SteeringVectorBank:
             generator=self._generator,
         )
         diagnostics: dict[str, float] = {"num_pairs": float(len(pairs))}
-        if self.control == "unstructured_random":
+        control = BANK_CONTROLS[self.control]
+        if not control.estimates_bank:
             return diagnostics
         if len(pairs) < self.num_vectors * self.min_pairs_per_cluster:
             return self._skip(diagnostics)
 
         differences = pair_differences(activations, pairs)
-        if self.control == "shuffled_labels":
+        if control.shuffle_labels:
             differences, _ = shuffle_pair_labels(differences, self._generator)
         cluster_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self._generator))
         candidates, labels = cluster_candidates(
@@ -518,9 +518,9 @@ class SteeringVectorBank:
         diagnostics["smallest_cluster"] = float(counts.min())
         if (counts < self.min_pairs_per_cluster).any():
             return self._skip(diagnostics)
-        if self.control == "random_directions":
+        if control.random_directions:
             candidates = random_directions_like(candidates, self._generator)
-        elif self.control == "reversed":
+        elif control.reverse:
             candidates = -candidates
 
         shares = counts.to(torch.float64) / len(pairs)

@@ -1,11 +1,18 @@
 """ASE-GRPO as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
 Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B, D).
-Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering``. Extension points: ``rollout_context`` /
-``rollout_logprobs`` (routes; steered sampler; HF records the steered behaviour log-probs, vLLM's are the steered
-ones), ``transform_rollout`` (route -1 on offline rows), ``scoring_forward_context`` / ``loss_forward_context``
-(block-L readouts from TRL's own forwards; bank update once every row was read), ``advantage_weights`` (HF: truncated
-IS weights; vLLM: TRL's token_truncate correction, only logged), ``batch_fields``, ``on_step_end``, ``save``/``load``.
+Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering``. Hooks:
+
+* ``prepare`` / ``setup``: checks (single-turn generation, the correctness reward, the steering layer before vLLM
+  loads), a vLLM engine built steerable; then the steerers and the vector bank;
+* ``sampling_context``: routes and the steered sampler (HF records the steered behaviour log-probs; vLLM's are the
+  steered ones);
+* ``transform_rollout``: the behaviour log-probs of the sampled rows; route -1 on rows not sampled (``offline``);
+* ``forward_context`` / ``observe_forward``: block-L readouts from TRL's own forwards (scoring or loss); the bank
+  update once every row was read;
+* ``batch_fields``: routes, route diagnostics (per-route accuracy, answer disagreement), the generation's bank step;
+* ``advantages``: HF path, truncated IS weights multiplied in (vLLM: TRL's token_truncate correction, only logged);
+* ``step_end``: the new bank becomes active; ``save`` / ``load``: the bank.
 """
 
 from __future__ import annotations
@@ -20,13 +27,16 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from trl_explore.ase.bank import SteeringVectorBank, applied_strength, bank_metrics
+from trl_explore.ase.controls import CLEAN_ROUTE, OFFLINE_ROUTE
 from trl_explore.ase.importance import routed_importance_weights
-from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs
+from trl_explore.ase.options import ASEOptions
+from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs, check_steering_layer
+from trl_explore.ase.recording import max_routes
 from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
-from trl_explore.ase.steering import steering_offsets
-from trl_explore.components import Component
+from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offsets
+from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation
-from trl_explore.oger import fields as oger_fields
+from trl_explore.models import unwrap_model
 from trl_explore.rewards.checks import non_binary_values
 
 logger = logging.getLogger(__name__)
@@ -36,38 +46,119 @@ BANK_DIR = "steering_bank"
 
 
 class ASEComponent(Component):
-    """ASE-GRPO's part. ``bank``: a ``SteeringVectorBank`` to start from (default: empty, from the config);
-    ``include_offline_in_bank``: with OGER's hybrid groups, let the offline rows form contrast pairs."""
+    """ASE-GRPO's part (module docstring).
 
-    def __init__(self, bank: SteeringVectorBank | None = None, include_offline_in_bank: bool = False):
-        self.bank, self.include_offline_in_bank = bank, include_offline_in_bank
+    Args:
+        options: :class:`ASEOptions` (default: read from the training config, e.g. an ``ASEConfig``).
+        bank: a ``SteeringVectorBank`` to start from (default: empty, from the options).
+
+    Attributes:
+        bank: the ``SteeringVectorBank`` (training state; saved in ``steering_bank/`` with every checkpoint).
+        steerer: the ``ActivationSteeringGenerator`` bound to the policy; ``vllm_steerer``: vLLM's, or None.
+        bank_diagnostics: one dict per bank update (the bank's diagnostics plus ``global_step``).
+    """
+
+    name = "ase"
+    options_class = ASEOptions
+    tags = ("ase-grpo", "activation-steering")
+
+    def __init__(self, options: ASEOptions | None = None, bank: SteeringVectorBank | None = None):
+        super().__init__(options)
+        self.bank = bank
         self.steerer = self.vllm_steerer = None
-        self.bank_diagnostics: list[dict] = []  # one dict per bank update
+        self.bank_diagnostics: list[dict] = []
         # the current generation's ASERollout, the BankStep awaiting its update, and per-forward captures
-        self.rollout = self.step = self._recorder = self._scored = self._scoring_capture = self._loss_capture = None
+        self.rollout = self.step = self._recorder = self._scoring_capture = self._loss_capture = None
         self._warned_non_binary = False
 
-    def bind(self, trainer) -> None:
-        from trl_explore.ase.setup import build_bank, build_steerers
+    # ---------------------------------------------------------------- construction
+    def prepare(self, plan):
+        """Checks before TRL's ``__init__``; colocated vLLM gets its steering slot before it compiles the model.
 
-        super().bind(trainer)
-        self.steerer, self.vllm_steerer = build_steerers(trainer)
-        self.bank = build_bank(trainer, self.bank)
+        Raises:
+            NotImplementedError: tools, environments, a custom ``rollout_func`` (single-turn generation only).
+            ValueError: ``correctness_reward_index`` out of range; a steering layer the model does not have (vLLM:
+                before the engine loads).
+        """
+        plan = super().prepare(plan)
+        opts, args = self.options, plan.args
+        for option in ("tools", "rollout_func", "environment_factory"):
+            if plan.trainer_kwargs.get(option):
+                raise NotImplementedError(f"ASE-GRPO does not support `{option}` (single-turn generation only)")
+        if opts.correctness_reward_index >= len(plan.reward_funcs):
+            raise ValueError(f"correctness_reward_index={opts.correctness_reward_index} but there are only "
+                             f"{len(plan.reward_funcs)} reward functions")
+        if not args.use_vllm:
+            return plan
+        check_steering_layer(plan.model, opts.steering_layer)  # before vLLM loads the weights
+        if args.vllm_mode == "server":  # the server steers (plugin); requests carry the vectors
+            return plan
+        from trl_explore.ase.steering.vllm import steerable_vllm
 
+        slot = steerable_vllm(layer=opts.steering_layer, max_routes=max_routes(opts, args))
+        return dataclasses.replace(plan, init_contexts=(*plan.init_contexts, slot))
+
+    def setup(self, trainer) -> None:
+        """The steerers (HF always; vLLM colocate or server) and the bank (the given one, checked, or an empty one).
+
+        Raises:
+            ValueError: the steering layer is not a block of the model; a given bank's K or d differs from the
+                options / the model's hidden size.
+            RuntimeError: server mode against a server that cannot steer this block of this model.
+        """
+        super().setup(trainer)
+        opts, args = self.options, trainer.args
+        hidden_size = unwrap_model(trainer.model).config.get_text_config().hidden_size
+        if args.use_vllm and args.vllm_mode == "server":
+            from trl_explore.ase.steering.vllm_server import ServerSteering
+
+            self.vllm_steerer = ServerSteering(trainer.vllm_generation, trainer.accelerator, steer_prompt=opts.steer_prompt)
+            if trainer.accelerator.is_main_process:  # fails now if the server cannot steer this block of this model
+                self.vllm_steerer.check_server(opts.steering_layer, hidden_size)
+        elif args.use_vllm:
+            from trl_explore.ase.steering.vllm import VLLMActivationSteeringGenerator
+
+            self.vllm_steerer = VLLMActivationSteeringGenerator(
+                trainer.vllm_generation.llm, layer=opts.steering_layer, alpha=opts.steering_alpha,
+                steer_prompt=opts.steer_prompt, tp_group=getattr(trainer.vllm_generation, "tp_group", None),
+            )
+        self.steerer = ActivationSteeringGenerator(trainer.model, layer=opts.steering_layer, alpha=opts.steering_alpha,
+                                                   steer_prompt=opts.steer_prompt)
+        if self.bank is None:
+            self.bank = SteeringVectorBank(
+                hidden_size, opts.num_vectors, pca_dim=opts.pca_dim, ema_beta=opts.bank_ema_beta,
+                kmeans_n_init=opts.kmeans_n_init, max_pairs_per_problem=opts.max_pairs_per_problem,
+                min_pairs_per_cluster=opts.min_pairs_per_cluster, control=opts.bank_control, seed=args.seed,
+                num_threads=1,  # the bank's PCA/K-means are small; more threads oversubscribe the training host
+            )
+        elif (self.bank.num_vectors, self.bank.hidden_size) != (opts.num_vectors, hidden_size):
+            raise ValueError(f"bank has K={self.bank.num_vectors}, d={self.bank.hidden_size}; expected "
+                             f"K={opts.num_vectors}, d={hidden_size}")
+
+    def _collects_readouts(self, mode) -> bool:  # the unstructured control has no bank to update
+        return mode == "train" and self.options.control.estimates_bank
+
+    def needs(self, mode):
+        # readouts at the policy of rollout time from TRL's scoring forward when TRL makes one, else from the loss
+        # forward; the truncated IS weights (HF) and their log (vLLM) from the loss forward
+        return Needs(scoring_forward=self._collects_readouts(mode) and trl_scores_after_generation(self.trainer),
+                     loss_forward=mode == "train")
+
+    # ---------------------------------------------------------------- generation
     def plan_routes(self, num_rows: int, num_generations: int):
         """``(steering ids [B], table [R, d], logged routes [B])`` of this process's rollouts, or None (no steering)."""
         t = self.trainer
         micro_step = t._step % t.args.gradient_accumulation_steps
-        return plan_routes(self.bank, t.args, num_rows, num_generations, t.accelerator.num_processes,
+        return plan_routes(self.bank, self.options, num_rows, num_generations, t.accelerator.num_processes,
                            t.accelerator.process_index, t.step_generator(micro_step))
 
     @contextlib.contextmanager
-    def rollout_context(self, num_rows, num_generations, mode):
-        t, args = self.trainer, self.trainer.args
-        plan = self.plan_routes(num_rows, num_generations) if mode == "train" else None
+    def sampling_context(self, call):
+        t, opts, num_rows = self.trainer, self.options, call.num_rows
+        plan = self.plan_routes(num_rows, call.num_generations) if call.mode == "train" else None
         self._recorder, start = None, time.perf_counter()
         if plan is None:
-            self.rollout = ASERollout(None, None, torch.zeros(num_rows, dtype=torch.long), None)
+            self.rollout = ASERollout(None, None, torch.full((num_rows,), CLEAN_ROUTE, dtype=torch.long), None)
             yield
         else:
             ids, table, routes = plan
@@ -79,51 +170,70 @@ class ASEComponent(Component):
                 context.enter_context(self.steerer.steering(ids, table))
                 context.enter_context(self._recorder)
             elif hasattr(self.vllm_steerer, "check_server"):  # server: each request carries its route's vector
-                keys = ids + (t.accelerator.process_index * num_rows if args.bank_control == "unstructured_random" else 0)
+                keys = ids + (t.accelerator.process_index * num_rows if not opts.control.estimates_bank else 0)
                 context = self.vllm_steerer.steering(keys, offsets)
             else:
                 context = self.vllm_steerer.steering(ids, table)
             with context:
                 yield
-        t._metrics[mode]["ase/rollout_time"].append(time.perf_counter() - start)
-
-    def rollout_logprobs(self, completion_ids, logprobs, mode):  # HF: the steered behaviour log-probs
-        return logprobs if self._recorder is None else self._recorder.per_completion(completion_ids)
+        t._metrics[call.mode]["ase/rollout_time"].append(time.perf_counter() - start)
 
     def behaviour_context(self, mode):
         steered = mode == "train" and self.rollout is not None and self.rollout.table is not None
         return self.steerer.steering(self.rollout.steering_ids, self.rollout.table) if steered else None
 
-    def transform_rollout(self, rollout, rows, mode):
-        offline = rollout.extra_fields.get(oger_fields.IS_OFFLINE)
-        if offline is not None and any(offline):  # rows replaced by teacher trajectories: no route, no offset
-            offline = torch.tensor(offline, dtype=torch.bool)
+    def transform_rollout(self, rollout):
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:  # HF: the steered behaviour log-probs of the sampled rows (none for offline rows)
+            rollout = dataclasses.replace(rollout, logprobs=recorder.per_completion(rollout.completion_ids,
+                                                                                   skip=rollout.offline))
+        if any(rollout.offline):  # rows not sampled from the policy (e.g. teacher trajectories): no route, no offset
+            offline = torch.tensor(rollout.offline, dtype=torch.bool)
             offsets = None if self.rollout.offsets is None else self.rollout.offsets.masked_fill(offline[:, None], 0.0)
-            self.rollout = dataclasses.replace(self.rollout, routes=self.rollout.routes.masked_fill(offline, -1),
+            self.rollout = dataclasses.replace(self.rollout, routes=self.rollout.routes.masked_fill(offline, OFFLINE_ROUTE),
                                                offsets=offsets)
         self.trainer._log_completion_extra("route", self.rollout.routes.tolist())  # a log_completions column
         return rollout
 
-    # ---------------------------------------------------------------- scoring and rewards
-    def _collects_readouts(self, mode) -> bool:  # the unstructured control has no bank to update
-        return mode == "train" and self.trainer.args.bank_control != "unstructured_random"
+    # ---------------------------------------------------------------- forwards
+    def _readouts(self, call) -> BlockReadouts:
+        return BlockReadouts(self.steerer.decoder_block(), call.input_ids, call.attention_mask, call.logits_to_keep,
+                             self.options.readout_fraction, self.bank.hidden_size)
 
-    def observes_scoring_forward(self, mode):  # readouts at the policy of rollout time, when TRL scores then
-        return self._collects_readouts(mode) and trl_scores_after_generation(self.trainer)
+    def _captures(self, inputs) -> bool:
+        rows, step = inputs.get("ase_row"), self.step
+        return step is not None and rows is not None and not (step.updated or bool(step.filled[rows.cpu()].all()))
 
-    def scoring_forward_context(self, input_ids, attention_mask, logits_to_keep):
-        if not self.observes_scoring_forward(self.trainer._mode()):
-            return None
-        self._scoring_capture = self._readouts(input_ids, attention_mask, logits_to_keep)
-        return self._scoring_capture
+    def _weighs(self, inputs, mode) -> bool:
+        key = "importance_sampling_ratio" if self.trainer.use_vllm else "sampling_per_token_logps"
+        return mode == "train" and "ase_route" in inputs and key in inputs
 
-    def _readouts(self, input_ids, attention_mask, logits_to_keep) -> BlockReadouts:
-        return BlockReadouts(self.steerer.decoder_block(), input_ids, attention_mask, logits_to_keep,
-                             self.trainer.args.readout_fraction, self.bank.hidden_size)
+    def forward_context(self, call):
+        if call.kind == "scoring":
+            self._scoring_capture = self._readouts(call) if self._collects_readouts(call.mode) else None
+            return self._scoring_capture
+        self._loss_capture = self._readouts(call) if call.mode == "train" and self._captures(call.inputs) else None
+        return self._loss_capture
 
-    def on_rewards(self, rewards_per_func, completions, mode):  # R_m of every process's completions
-        index = self.trainer.args.correctness_reward_index
-        correct = rewards_per_func[:, index].detach().float().cpu()
+    def observe_forward(self, result):
+        call = result.call
+        if call.kind != "loss":  # the scoring readouts are stored with the generation's bank step (batch_fields)
+            return
+        capture, self._loss_capture = self._loss_capture, None
+        if capture is not None:
+            self._store_readouts(call.inputs["ase_row"].cpu(), capture.readouts())
+        inputs = call.inputs
+        if self.trainer.use_vllm and self._weighs(inputs, call.mode):  # TRL's token_truncate ratio is the TIS weight
+            ratio = inputs["importance_sampling_ratio"].float()
+            mask = inputs["completion_mask"].bool() & (inputs["ase_route"] > CLEAN_ROUTE)[:, None]
+            ratio = ratio.reshape(-1, 1).expand_as(mask) if ratio.dim() == 1 or ratio.shape[1] == 1 else ratio
+            self._log_is_weights(call.mode, ratio, ratio >= self.options.is_cap, mask)
+
+    # ---------------------------------------------------------------- rewards and the bank step
+    def batch_fields(self, batch):
+        t, opts, mode, output = self.trainer, self.options, batch.mode, batch.output
+        index = opts.correctness_reward_index
+        correct = batch.rewards_per_func[:, index].detach().float().cpu()  # R_m of every process's completions
         odd = non_binary_values(correct)
         if odd and not self._warned_non_binary:  # the same gathered values on every process: all warn, once
             self._warned_non_binary = True
@@ -131,27 +241,21 @@ class ASEComponent(Component):
                 "ASE: reward function %r (correctness_reward_index=%d) returned values outside {0, 1, None}, e.g. "
                 "%s. The bank counts a rollout as correct when this reward is above 0.5, so a graded reward pairs "
                 "near-equal answers and a reward that is always above 0.5 builds no pairs at all. Put a verifier "
-                "(such as trl_explore.rewards.math_reward) at that index.",
-                self.trainer.reward_func_names[index], index, odd,
+                "(such as trl_explore.rewards.math_reward) at that index.", t.reward_func_names[index], index, odd,
             )
-        self._scored = (correct, completions)
-
-    def batch_fields(self, output, rows, mode):
-        t = self.trainer
-        device, (correct, completions) = t.accelerator.device, self._scored
-        routes, num_rows = self.rollout.routes, output["completion_ids"].shape[0]
-        self._log_route_diagnostics(mode, routes, correct, completions)
+        device, routes, num_rows = t.accelerator.device, self.rollout.routes, output["completion_ids"].shape[0]
+        self._log_route_diagnostics(mode, routes, correct, batch.rollout.completions)
         if self._collects_readouts(mode):
             if self.step is not None and not self.step.updated:
                 logger.warning("ASE: a generation's bank update never ran (its rows were not all seen); dropped")
             valid = (output["completion_mask"].sum(1) > 0).cpu()
-            if not self.include_offline_in_bank:
-                valid &= routes >= 0
-            problem_ids = gather_object([problem_id(row, t.args.problem_id_column) for row in rows])
+            if not opts.include_offline_in_bank:
+                valid &= routes >= CLEAN_ROUTE
+            problem_ids = gather_object([problem_id(row, opts.problem_id_column) for row in batch.rollout.rows])
             self.step = BankStep(problem_ids, correct, self.rollout.offsets, valid, self.bank.hidden_size)
             if self._scoring_capture is not None:
                 self._store_readouts(torch.arange(num_rows), self._scoring_capture.readouts())
-        self._scored = self._scoring_capture = None
+        self._scoring_capture = None
         return {"ase_route": routes.to(device), "ase_row": torch.arange(num_rows, device=device)}
 
     def _log_route_diagnostics(self, mode, routes, correct, completions):
@@ -159,18 +263,18 @@ class ASEComponent(Component):
 
         t = self.trainer
         all_routes = t.accelerator.gather(routes.to(t.accelerator.device)).cpu()
-        scored = torch.isfinite(correct) & (all_routes >= 0)
-        accuracy, counts = per_route_accuracy(correct[scored], all_routes[scored], t.args.num_vectors)
+        scored = torch.isfinite(correct) & (all_routes >= CLEAN_ROUTE)
+        accuracy, counts = per_route_accuracy(correct[scored], all_routes[scored], self.options.num_vectors)
         for s in range(len(counts)):
             if counts[s] > 0:
                 t._metrics[mode][f"ase/route_{s}_accuracy"].append(accuracy[s].item())
-        answers = gather_object([extract_answer(c, mode=t.args.grader_mode) for c in completions])
+        grader_mode = getattr(t.args, "grader_mode", "math_verify")
+        answers = gather_object([extract_answer(c, mode=grader_mode) for c in completions])
         group = t.num_generations if mode == "train" else t.num_generations_eval
         disagreement = pairwise_answer_disagreement(answers, group)
         if disagreement is not None:
             t._metrics[mode]["ase/answer_disagreement"].append(disagreement)
 
-    # ---------------------------------------------------------------- bank
     def _store_readouts(self, rows: torch.Tensor, readouts: torch.Tensor) -> None:
         if self.step.store(rows, readouts):  # every process completes at the same micro-step: collectives are safe
             self._update_bank()
@@ -181,7 +285,7 @@ class ASEComponent(Component):
         step.updated = True
         clean = t.accelerator.gather(step.readouts.to(t.accelerator.device)).cpu()  # TRL's forwards are unsteered
         readouts = clean
-        if step.offsets is not None and t.args.bank_readouts == "steered":  # as generated: clean + alpha v_route
+        if step.offsets is not None and self.options.bank_readouts == "steered":  # as generated: clean + alpha v_route
             readouts = clean + t.accelerator.gather(step.offsets.to(t.accelerator.device)).cpu()
         valid = t.accelerator.gather(step.valid.to(t.accelerator.device)).cpu() & torch.isfinite(step.correct)
         keep = valid.nonzero().squeeze(1)
@@ -200,7 +304,7 @@ class ASEComponent(Component):
                            "bank is kept", t.state.global_step, diagnostics["num_pairs"], why, bank.min_pairs_per_cluster)
         vectors = self.bank.vectors if self.bank.pending_vectors is None else self.bank.pending_vectors
         if vectors is not None and len(keep) > 0:  # the strength the next rollouts are steered with
-            strength = applied_strength(vectors, t.args.steering_alpha, clean[keep])
+            strength = applied_strength(vectors, self.options.steering_alpha, clean[keep])
             diagnostics.update({f"applied_strength/{s + 1}": v for s, v in enumerate(strength.tolist())})
         self.bank_diagnostics.append({"global_step": t.state.global_step, **diagnostics})
         logged = {"ase/num_pairs": diagnostics["num_pairs"], "ase/skipped_updates": float(self.bank.num_skipped_updates),
@@ -209,48 +313,22 @@ class ASEComponent(Component):
             t._metrics["train"][name].append(value)
 
     # ---------------------------------------------------------------- loss
-    def _captures(self, inputs, mode) -> bool:
-        rows, step = inputs.get("ase_row"), self.step
-        return mode == "train" and step is not None and rows is not None and not (
-            step.updated or bool(step.filled[rows.cpu()].all()))
-
-    def _weighs(self, inputs, mode) -> bool:
-        key = "importance_sampling_ratio" if self.trainer.use_vllm else "sampling_per_token_logps"
-        return mode == "train" and "ase_route" in inputs and key in inputs
-
-    def uses_loss_forward(self, inputs, mode):
-        return self._captures(inputs, mode) or self._weighs(inputs, mode)
-
-    def loss_forward_context(self, inputs, input_ids, attention_mask, logits_to_keep):
-        if self._captures(inputs, self.trainer._mode()):
-            self._loss_capture = self._readouts(input_ids, attention_mask, logits_to_keep)
-        return self._loss_capture
-
-    def on_loss_forward(self, inputs, forward, mode):
-        capture, self._loss_capture = self._loss_capture, None
-        if capture is not None:
-            self._store_readouts(inputs["ase_row"].cpu(), capture.readouts())
-        if self.trainer.use_vllm and self._weighs(inputs, mode):  # TRL's token_truncate ratio is the TIS weight
-            ratio = inputs["importance_sampling_ratio"].float()
-            mask = inputs["completion_mask"].bool() & (inputs["ase_route"] > 0)[:, None]
-            ratio = ratio.reshape(-1, 1).expand_as(mask) if ratio.dim() == 1 or ratio.shape[1] == 1 else ratio
-            self._log_is_weights(mode, ratio, ratio >= self.trainer.args.is_cap, mask)
-
-    def advantage_weights(self, inputs, forward, mode):
-        """``[B, T]`` truncated IS weights (HF path): ``min(pi_unsteered / pi_steered, is_cap)`` on steered tokens, 1
-        elsewhere (clean and offline rows). ``pi_unsteered`` is the policy at rollout time: TRL's
+    def advantages(self, call):
+        """``call.advantages`` times the truncated IS weights (HF path): ``min(pi_unsteered / pi_steered, is_cap)`` on
+        steered tokens, 1 elsewhere (clean and offline rows). ``pi_unsteered`` is the policy at rollout time: TRL's
         ``old_per_token_logps`` when it kept them, else this forward's (detached) log-probs, equal to them when
         generation is aligned with the optimizer step. As ``w > 0``, ``A * w`` multiplies each token's objective by
         ``w`` for every TRL loss type (verl's token-level TIS); the KL and entropy terms are not weighted."""
-        if self.trainer.use_vllm or not self._weighs(inputs, mode):
-            return None
+        inputs = call.inputs
+        if self.trainer.use_vllm or not self._weighs(inputs, call.mode):
+            return call.advantages
         current = inputs.get("old_per_token_logps")
-        current = forward.logps.detach() if current is None else current
-        mask, steered = inputs["completion_mask"] * inputs.get("tool_mask", 1), inputs["ase_route"] > 0
+        current = call.forward.logps.detach() if current is None else current
+        mask, steered = inputs["completion_mask"] * inputs.get("tool_mask", 1), inputs["ase_route"] > CLEAN_ROUTE
         weights, clipped = routed_importance_weights(current, inputs["sampling_per_token_logps"], mask, steered,
-                                                     self.trainer.args.is_cap)
-        self._log_is_weights(mode, weights, clipped, mask.bool() & steered[:, None])
-        return weights
+                                                     self.options.is_cap)
+        self._log_is_weights(call.mode, weights, clipped, mask.bool() & steered[:, None])
+        return call.advantages * weights.to(call.advantages.dtype)
 
     def _log_is_weights(self, mode, weights, clipped, steered_mask) -> None:
         """``ase/is_weight_mean`` and ``ase/is_weight_clipped_frac`` over the steered tokens of all processes."""
@@ -263,7 +341,7 @@ class ASEComponent(Component):
             t._metrics[mode]["ase/is_weight_clipped_frac"].append((stats[1] / stats[2]).item())
 
     # ---------------------------------------------------------------- step end and checkpoints
-    def on_step_end(self):
+    def step_end(self, state):
         self.bank.activate()  # paper §3: a new bank becomes active only after actor optimization
 
     def save(self, output_dir):  # training state; evaluation with steering (the paper's ^S) loads it too

@@ -7,8 +7,9 @@ import dataclasses
 
 import torch
 
-from trl_explore.ase.config import ASEConfig
-from trl_explore.ase.steering import readout_positions, unwrap_model
+from trl_explore.ase.options import ASEOptions
+from trl_explore.ase.steering import readout_positions
+from trl_explore.models import unwrap_model
 from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 
 
@@ -59,17 +60,30 @@ class SampledTokenLogProbs:
         self._tokens.append(tokens)
         self._pending = None
 
-    def per_completion(self, completion_ids: list[list[int]]) -> list[list[float]]:
-        """The recorded log-probs of each completion (``completion_ids`` as TRL cut them at the first EOS)."""
+    def per_completion(self, completion_ids: list[list[int]], skip=()) -> list[list[float | None]]:
+        """The recorded log-probs of each completion (``completion_ids`` as TRL cut them at the first EOS).
+
+        Args:
+            completion_ids: the rows' completion ids.
+            skip: per row, True for a row that was not sampled here (e.g. a teacher trajectory put in its place):
+                its log-probs are ``None`` (TRL: NaN, no importance-sampling correction).
+
+        Raises:
+            RuntimeError: the hook never ran, or a sampled row's ids differ from the recorded tokens.
+        """
         if self._pending is None:
             raise RuntimeError("ASE behaviour log-probs: the model's forward hook never ran during generation")
+        skip = tuple(skip) or (False,) * len(completion_ids)
         num_steps = len(self._logps) + 1
-        last = [ids[num_steps - 1] if len(ids) >= num_steps else 0 for ids in completion_ids]
+        last = [ids[num_steps - 1] if len(ids) >= num_steps and not off else 0 for ids, off in zip(completion_ids, skip)]
         self._record(torch.tensor(last))
         logps = torch.stack(self._logps, dim=1).cpu()  # [B, steps]
         tokens = torch.stack(self._tokens, dim=1).cpu()
         out = []
         for i, ids in enumerate(completion_ids):
+            if skip[i]:
+                out.append([None] * len(ids))
+                continue
             if len(ids) > num_steps or tokens[i, : len(ids)].tolist() != list(ids):
                 raise RuntimeError(
                     f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion"
@@ -124,11 +138,15 @@ def check_steering_layer(model, layer: int) -> None:
         check_layer_index(layer, num_layers)
 
 
-def max_routes(args: ASEConfig) -> int:
+def max_routes(options: ASEOptions, args) -> int:
     """Rows of the vLLM steering table: the clean route plus the most vectors one generate call can use (K, or one
-    per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``)."""
+    per rollout of the process's generation batch, times the tensor-parallel gather, for ``unstructured_random``).
+
+    Args:
+        options: the :class:`ASEOptions`; args: the training config (``GRPOConfig``).
+    """
     rows = args.per_device_train_batch_size * args.steps_per_generation * max(1, args.vllm_tensor_parallel_size)
-    return 1 + (rows if args.bank_control == "unstructured_random" else args.num_vectors)
+    return 1 + (rows if not options.control.estimates_bank else options.num_vectors)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -156,7 +156,7 @@ def pairwise_answer_disagreement(
     return differing / counted if counted else None
 
 
-def plan_routes(bank, args, num_rows: int, num_generations: int, world: int, rank: int, generator: torch.Generator):
+def plan_routes(bank, options, num_rows: int, num_generations: int, world: int, rank: int, generator: torch.Generator):
     """``(steering ids [B], table [R, d], logged routes [B])`` for one process's rollouts, or None (empty bank).
 
     Routes are drawn for the global batch of ``num_rows * world`` rollouts and sliced for ``rank``, so a group split
@@ -167,14 +167,14 @@ def plan_routes(bank, args, num_rows: int, num_generations: int, world: int, ran
         ValueError: the global batch is not a whole number of groups.
     """
     total, local = num_rows * world, slice(rank * num_rows, (rank + 1) * num_rows)
-    if args.bank_control == "unstructured_random":
+    if not options.control.estimates_bank:
         table = bank.random_rollout_vectors(total)[local]
         return torch.arange(1, num_rows + 1), table, torch.ones(num_rows, dtype=torch.long)
     if bank.vectors is None:
         return None
     if total % num_generations != 0:
         raise ValueError(f"generation batch of {total} rows is not a whole number of groups of {num_generations}")
-    routes = balanced_uniform_routes(total // num_generations, num_generations, args.num_vectors, generator)[local]
+    routes = balanced_uniform_routes(total // num_generations, num_generations, options.num_vectors, generator)[local]
     return routes, bank.vectors, routes
 
 

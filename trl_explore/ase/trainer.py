@@ -2,8 +2,8 @@
 
 Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B and
 D). The method's trainer-side wiring is :class:`~trl_explore.ase.component.ASEComponent` (routing, steering,
-behaviour log-probs, readouts, bank updates, truncated importance weights); its construction is in
-``trl_explore.ase.setup``; its maths in the pure modules of ``trl_explore.ase``.
+behaviour log-probs, readouts, bank updates, truncated importance weights); its maths lives in the pure modules of
+``trl_explore.ase``.
 
 Cost: no extra forward pass. The behaviour log-probs cost one log-softmax over the vocabulary per decoding step;
 the readouts cost a ``[B, d]`` gather in a hook on TRL's forward. (``ActivationSteeringGenerator.score``, a
@@ -13,12 +13,10 @@ tests use it as the reference.)
 
 from __future__ import annotations
 
-import textwrap
-
-from trl_explore.ase import setup
 from trl_explore.ase.bank import SteeringVectorBank
 from trl_explore.ase.component import BANK_DIR, ASEComponent
 from trl_explore.ase.config import ASEConfig
+from trl_explore.ase.options import ASEOptions
 from trl_explore.defaults import resolve_model_and_config
 from trl_explore.driver import ExplorationTrainer
 
@@ -40,9 +38,9 @@ class ASEGRPOTrainer(ExplorationTrainer):
         Other arguments are passed to `GRPOTrainer`.
 
     Attributes:
-        bank: the `SteeringVectorBank` (training state; saved in `steering_bank/` with every checkpoint).
-        steerer: the `ActivationSteeringGenerator` bound to the policy.
-        bank_diagnostics: one dict per bank update (the bank's diagnostics plus `global_step`).
+        ase: the :class:`~trl_explore.ase.component.ASEComponent`: ``ase.bank`` (the `SteeringVectorBank`, saved in
+            `steering_bank/` with every checkpoint), ``ase.steerer`` (the `ActivationSteeringGenerator` bound to the
+            policy), ``ase.vllm_steerer``, ``ase.bank_diagnostics`` (one dict per bank update).
 
     Logged metrics (paper Fig. 4-5, Table 6): `ase/rollout_time` (seconds of this process's generation call),
     `ase/route_{s}_accuracy` (share of R_m = 1 on route s, 0 = clean), `ase/answer_disagreement` (pairwise
@@ -52,46 +50,22 @@ class ASEGRPOTrainer(ExplorationTrainer):
     `ase/bank_update_time`. `log_completions` gets a `route` column.
 
     vLLM: `use_vllm=True` with `vllm_mode="colocate"` steers inside the colocated engine (eager or compiled); the
-    engine is built steerable by `steerable_vllm` around TRL's construction, and `vllm_steerer` is a
+    engine is built steerable by `steerable_vllm` around TRL's construction, and `ase.vllm_steerer` is a
     `VLLMActivationSteeringGenerator`. With `vllm_mode="server"` the server must run with
-    `TRL_EXPLORE_STEERING_LAYER=<steering_layer>` (the `trl_explore` vLLM plugin) and `vllm_steerer` is a
-    `ServerSteering` that sends each route's vector with its requests. Without vLLM, `vllm_steerer` is None.
+    `TRL_EXPLORE_STEERING_LAYER=<steering_layer>` (the `trl_explore` vLLM plugin) and `ase.vllm_steerer` is a
+    `ServerSteering` that sends each route's vector with its requests. Without vLLM, `ase.vllm_steerer` is None.
 
     Raises:
         NotImplementedError: continuous batching, tools, environments or a custom `rollout_func`.
         RuntimeError: server mode against a server that cannot steer.
     """
 
-    _tag_names = ["trl", "grpo", "ase-grpo", "activation-steering", "trl-explore"]
-    _name = "ASE-GRPO"
-    _paper = {
-        "title": "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards",
-        # the paper's text this package follows gives neither authors nor venue: the entry names only the title
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @misc{ase_grpo,
-                title = {{Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards}},
-                note  = {Authors and venue: see the paper},
-            }"""),
-    }
-
-    def __init__(
-        self,
-        model,
-        reward_funcs=None,
-        args: ASEConfig | None = None,
-        bank: SteeringVectorBank | None = None,
-        **kwargs,
-    ):
+    def __init__(self, model, reward_funcs=None, args: ASEConfig | None = None, bank: SteeringVectorBank | None = None,
+                 **kwargs):
         model, args = resolve_model_and_config(model, args, ASEConfig, "ASE-GRPO")
-        reward_funcs = setup.prepare(model, args, reward_funcs, kwargs)
-        component = ASEComponent(bank)
-        with setup.engine_context(args):
-            super().__init__(model, reward_funcs, args=args, components=[component], **kwargs)
-        self.ase = component
-        self.bank, self.steerer, self.vllm_steerer = component.bank, component.steerer, component.vllm_steerer
-        self.bank_diagnostics = component.bank_diagnostics  # one dict per bank update (the list the component fills)
+        component = ASEComponent(ASEOptions.from_config(args), bank)
+        super().__init__(model, reward_funcs, args=args, components=[component], **kwargs)
 
-    def _plan_routes(self, num_rows: int, num_generations: int):
-        """This process's routes for a generation (see ``ASEComponent.plan_routes``)."""
-        return self.ase.plan_routes(num_rows, num_generations)
+    @property
+    def ase(self) -> ASEComponent:
+        return self.component("ase")

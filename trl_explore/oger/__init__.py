@@ -6,8 +6,14 @@ modules (``exploration``, ``replacement``, ``policy_shaping``, ``entropy``) stay
 
 import importlib
 
-__all__ = ["OGERConfig", "OGERTrainer"]
-_LAZY = {"OGERConfig": "trl_explore.oger.config", "OGERTrainer": "trl_explore.oger.trainer"}
+_LAZY = {
+    "OGERComponent": "trl_explore.oger.component",
+    "OGERConfig": "trl_explore.oger.config",
+    "OGEROptions": "trl_explore.oger.options",
+    "OGERRewardFunction": "trl_explore.oger.reward",
+    "OGERTrainer": "trl_explore.oger.trainer",
+}
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name):

@@ -1,12 +1,16 @@
 """OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
 Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths: ``exploration``
-(Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``OGERRewardFunction``
-(Eq. 7-8). Extension points: ``rollout_context`` (the logits of each row's last decoding step, steered or not),
-``transform_rollout`` (H_last and divergence of every online row; the ``k`` least divergent rows of each group
-replaced by teacher trajectories), ``on_scoring_forward`` (H_last from TRL's scoring forward with vLLM),
-``reward_fields`` / ``batch_fields`` (per-completion values, ``is_offline``), ``loss_inputs`` / ``extra_loss``
-(offline rows leave TRL's objective and are trained by policy shaping).
+(Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``reward``
+(``OGERRewardFunction``, Eq. 7-8). Hooks:
+
+* ``prepare``: the default rewards ``[R_m, R_OGER]`` (Eq. 8) and their weights, every training row checked;
+* ``sampling_context``: with HF ``generate``, a recorder of each row's last decoding step (steered or not);
+* ``transform_rollout``: H_last and divergence of every online row; the ``k`` least divergent rows of each group
+  replaced by teacher trajectories (``Rollout.offline`` marks them);
+* ``observe_forward``: H_last read from TRL's scoring forward (vLLM), when it comes after generation;
+* ``reward_fields`` / ``batch_fields``: per-completion values for ``OGERRewardFunction``, ``is_offline``;
+* ``loss_batch`` / ``extra_loss``: offline rows leave TRL's objective and are trained by policy shaping.
 """
 
 from __future__ import annotations
@@ -16,14 +20,15 @@ import logging
 
 import torch
 
-from trl_explore.components import Component, Rollout, phase, record_phase
+from trl_explore.components import Component, Needs, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger import fields
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
-from trl_explore.oger.offline import generation_prefix, group_offline, teacher_completion
+from trl_explore.oger.offline import check_prompt, generation_prefix, group_offline, offline_trajectories, teacher_completion
+from trl_explore.oger.options import OGEROptions
 from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
 from trl_explore.oger.replacement import sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
@@ -47,80 +52,126 @@ class OGERGeneration:
 
 
 class OGERComponent(Component):
-    """OGER's part (module docstring). ``encoder``: a ``TrajectoryEncoder`` (default: from ``args.embedding_model``)."""
+    """OGER's part (module docstring).
 
+    Args:
+        options: :class:`OGEROptions` (default: read from the training config, e.g. an ``OGERConfig``).
+        encoder: a ``TrajectoryEncoder`` (default: built from ``options.embedding_model``).
+    """
+
+    name = "oger"
+    options_class = OGEROptions
     reward_field_names = fields.REWARD_FIELDS
+    tags = ("oger",)
 
-    def __init__(self, encoder: TrajectoryEncoder | None = None):
+    def __init__(self, options: OGEROptions | None = None, encoder: TrajectoryEncoder | None = None):
+        super().__init__(options)
         self.encoder = encoder
         self.generation: OGERGeneration | None = None
         self._recorder: LastTokenEntropyRecorder | None = None
         self._warned_truncation = self._warned_embed_truncation = False
-        self._generation_prefix = ""  # set in bind from the chat template
+        self._generation_prefix = ""  # set in setup from the chat template
 
-    def bind(self, trainer) -> None:
-        super().bind(trainer)
-        args = trainer.args
-        if args.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
+    # ---------------------------------------------------------------- construction
+    def prepare(self, plan):
+        """The default rewards (Eq. 8: ``[R_m, R_OGER]``, weights ``[1, 1]``; ``[1, 0]`` for "w/o Reward"), the
+        ablation switches on every ``OGERRewardFunction``, and every training row checked once.
+
+        Raises:
+            ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in any row (the message
+                names the row).
+        """
+        from trl_explore.oger.reward import OGERRewardFunction
+
+        plan = super().prepare(plan)
+        opts, args = self.options, plan.args
+        reward_funcs = list(plan.reward_funcs)
+        if plan.default_rewards:
+            reward_funcs.append(OGERRewardFunction(verifier=reward_funcs[0]))
+        is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]
+        for func, oger in zip(reward_funcs, is_oger):
+            if oger:
+                func.entropy_refinement = opts.entropy_refinement
+        if args.reward_weights is None:
+            args.reward_weights = [0.0 if oger and not opts.use_exploration_reward else 1.0 for oger in is_oger]
+        elif not opts.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
+            raise ValueError(
+                "use_exploration_reward=False ('w/o Reward') but reward_weights gives the OGER reward a non-zero "
+                f"weight: {args.reward_weights}"
+            )
+        rows = plan.train_dataset if hasattr(plan.train_dataset, "__len__") else []  # IterableDataset: at first use
+        for i, row in enumerate(rows):  # every row, once, before training
+            check_prompt(row, f"training row {i}")
+            offline_trajectories(row, opts, f"training row {i}")
+        return dataclasses.replace(plan, reward_funcs=reward_funcs)
+
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        opts = self.options
+        if opts.loss_remove_clip:  # LUFFY: no ratio clipping on on-policy tokens
             trainer.epsilon_low = trainer.epsilon_high = float("inf")
         if self.encoder is None:
-            self.encoder = TrajectoryEncoder(args.embedding_model, device=trainer.accelerator.device,
-                                             batch_size=args.embedding_batch_size, long_text_mode=args.embedding_long_text_mode,
-                                             dtype=args.resolved_embedding_dtype)
+            self.encoder = TrajectoryEncoder(opts.embedding_model, device=trainer.accelerator.device,
+                                             batch_size=opts.embedding_batch_size,
+                                             long_text_mode=opts.embedding_long_text_mode,
+                                             dtype=opts.embedding_precision(trainer.args))
         # load the embedding model now (a wrong name fails here, not after the first rollout), whole on every process:
         # outside DeepSpeed ZeRO-3 partitioning and FSDP's rank-0-only loading, never wrapped by Accelerate
-        load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGERConfig.embedding_model / encoder=)")
+        load_auxiliary_model(lambda: self.encoder.model, "the OGER embedder (OGEROptions.embedding_model / encoder=)")
         # what the chat template puts before every completion (e.g. "<think>\n"): not repeated by teacher rows
         self._generation_prefix = generation_prefix(trainer.processing_class, trainer.chat_template_kwargs)
 
-    def _needs(self, mode: str) -> tuple[int, bool, bool]:
+    def _plan(self, mode: str) -> tuple[int, bool, bool]:
         """``(replacements per group, divergence needed, H_last needed)``. The divergence feeds the reward (also
         logged with weight 0 in "w/o Reward") and the lowest-divergence replacement; H_last refines the reward.
         With neither, nothing is computed and OGER costs what GRPO costs."""
-        args = self.trainer.args
-        num_replace = args.num_replacements if mode == "train" else 0
-        need_div = args.use_exploration_reward or (num_replace > 0 and args.replacement_rule == "lowest_divergence")
-        return num_replace, need_div, need_div and args.entropy_refinement
+        opts = self.options
+        num_replace = opts.num_replacements if mode == "train" else 0
+        need_div = opts.use_exploration_reward or (num_replace > 0 and opts.replacement_rule == "lowest_divergence")
+        return num_replace, need_div, need_div and opts.entropy_refinement
 
-    def begin_generation(self, rows, mode):
-        self.generation, self._recorder = None, None
+    def needs(self, mode):
+        pending = self.generation is not None and self.generation.pending_entropy is not None
+        return Needs(scoring_forward=pending, scoring_entropy=pending, loss_forward=True)
 
-    def rollout_context(self, num_rows, num_generations, mode):
+    # ---------------------------------------------------------------- generation
+    def sampling_context(self, call):
         t = self.trainer
+        self._recorder = None
         hf_generate = not (t.use_vllm or t.use_transformers_continuous_batching or t.rollout_func or t.tools)
-        if not (hf_generate and self._needs(mode)[2]):
+        if not (hf_generate and self._plan(call.mode)[2]):
             return None
         self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature, t.eos_token_ids,
-                                                  keep_previous=t.args.last_token == "before_eos")
+                                                  keep_previous=self.options.last_token == "before_eos")
         return self._recorder
 
     def offline_for_group(self, rows, group, need_embeddings: bool = True):
         """The group's teacher texts, names and ``[M, d]`` embeddings (see ``offline.group_offline``)."""
-        t = self.trainer
-        return group_offline(rows, group, t.args, self.encoder if need_embeddings else None, t.model.training)
+        return group_offline(rows, group, self.options, self.encoder if need_embeddings else None,
+                             self.trainer.model.training)
 
-    def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor, mode: str):
+    def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor):
         """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
         of its own under the other components' behaviour context (the route's distribution)."""
-        t = self.trainer
-        if self._recorder is not None:  # the per-step work was done in generate's hooks; one entropy per row here
-            record_phase(t, "oger: H_last (generate hooks)", self._recorder.seconds)
+        t, recorder, self._recorder = self.trainer, self._recorder, None
+        if recorder is not None:  # the per-step work was done in generate's hooks; one entropy per row here
+            record_phase(t, "oger: H_last (generate hooks)", recorder.seconds)
             with phase(t, "oger: H_last"):
-                return self._recorder.last_token_entropy(last_pos), False
-        steered = any(c.behaviour_context(mode) is not None for c in t.components if c is not self)
-        if mode == "train" and trl_scores_after_generation(t) and not steered:
+                return recorder.last_token_entropy(last_pos), False
+        steered = any(c.behaviour_context(rollout.mode) is not None for c in t.components if c is not self)
+        if rollout.mode == "train" and trl_scores_after_generation(t) and not steered:
             return torch.zeros(len(last_pos)), True  # filled from TRL's scoring forward, before the rewards
-        with phase(t, "oger: H_last"), t.behaviour_context(mode):
-            entropies = t._forward_last_token_entropy(rollout.prompt_ids, rollout.completion_ids)
-        return last_token_values(entropies, last_pos), False
+        with phase(t, "oger: H_last"), t.behaviour_context(rollout.mode):
+            forward = t.policy_forward(rollout.prompt_ids, rollout.completion_ids, compute_entropy=True)
+        return last_token_values(forward.entropies.float().cpu(), last_pos), False
 
     def _embed_online(self, rows, completions, group_size: int):
         """``([B, d] online embeddings, number the embedder truncated)``. The teacher texts of every group that has no
         stored embeddings are encoded first, in one call (each text once per run: the encoder's cache); then the
         online completions, all of the generation batch in one call, each distinct text once."""
-        t, args = self.trainer, self.trainer.args
-        teachers = [text for start in range(0, len(rows), group_size) if rows[start].get(args.offline_embeddings_column)
-                    is None for text in rows[start].get(args.offline_completions_column) or () if isinstance(text, str)]
+        t, opts = self.trainer, self.options
+        teachers = [text for start in range(0, len(rows), group_size) if rows[start].get(opts.offline_embeddings_column)
+                    is None for text in rows[start].get(opts.offline_completions_column) or () if isinstance(text, str)]
         if teachers:
             with phase(t, "oger: embed teachers"):
                 self.encoder.encode_cached(teachers)
@@ -128,33 +179,35 @@ class OGERComponent(Component):
             emb, cut = self.encoder.encode_with_truncation([completion_text(c) for c in completions])
         return emb, int(cut.sum())
 
-    def transform_rollout(self, rollout, rows, mode):
-        t, args = self.trainer, self.trainer.args
-        _, need_div, need_entropy = self._needs(mode)
-        group_size = t.num_generations if mode == "train" else t.num_generations_eval
-        completion_ids, num_rows = rollout.completion_ids, len(rollout.completion_ids)
-        if num_rows % group_size != 0:
-            raise ValueError(f"this process got {num_rows} completions, not a whole number of groups of {group_size}")
+    def transform_rollout(self, rollout):
+        t = self.trainer
+        _, need_div, need_entropy = self._plan(rollout.mode)
+        group_size, completion_ids = rollout.num_generations, rollout.completion_ids
+        if len(completion_ids) % group_size != 0:
+            raise ValueError(f"this process got {len(completion_ids)} completions, not a whole number of groups of "
+                             f"{group_size}")
 
         # H_last (Eq. 6) of every online completion, at the distribution that produced its last token
         last_pos = torch.tensor([len(c) for c in completion_ids])
-        if args.last_token == "before_eos":
+        if self.options.last_token == "before_eos":
             last_pos = last_pos - torch.tensor([len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]).long()
         last_pos = last_pos.clamp(min=1)
-        entropy, deferred = self._last_token_entropy(rollout, last_pos, mode) if need_entropy else (None, False)
+        entropy, deferred = self._last_token_entropy(rollout, last_pos) if need_entropy else (None, False)
+        self._recorder = None
 
-        online_emb, embed_cut = self._embed_online(rows, rollout.completions, group_size) if need_div else (None, 0)
+        online_emb, embed_cut = (self._embed_online(rollout.rows, rollout.completions, group_size) if need_div
+                                 else (None, 0))
         with phase(t, "oger: divergence and replacement"):
-            rollout = self._replace(rollout, rows, mode, online_emb, entropy, last_pos if deferred else None, embed_cut)
+            rollout = self._replace(rollout, online_emb, entropy, last_pos if deferred else None, embed_cut)
         if not deferred:
             self._log_generation_metrics()
         return rollout
 
-    def _replace(self, rollout, rows, mode, online_emb, entropy, pending_entropy, embed_cut):
+    def _replace(self, rollout, online_emb, entropy, pending_entropy, embed_cut):
         """Divergence (Eq. 1-5) of every online row, then hybrid replacement (§3.2), group by group."""
-        t, args = self.trainer, self.trainer.args
-        num_replace, need_div, _ = self._needs(mode)
-        group_size = t.num_generations if mode == "train" else t.num_generations_eval
+        t, opts, rows = self.trainer, self.options, rollout.rows
+        num_replace, need_div, _ = self._plan(rollout.mode)
+        group_size = rollout.num_generations
         completion_ids, completions = list(rollout.completion_ids), list(rollout.completions)
         logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
         tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
@@ -171,7 +224,7 @@ class OGERComponent(Component):
             d = divergence(online_emb[start : start + group_size], offline_emb) if need_div else torch.zeros(group_size)
             if need_div:
                 div_values[start : start + group_size] = d.tolist()
-            chosen = select_replacements(d, num_replace, args.replacement_rule, rng)
+            chosen = select_replacements(d, num_replace, opts.replacement_rule, rng)
             for local, j in zip(chosen.tolist(), sample_offline_indices(len(offline_texts), len(chosen), rng)):
                 i = start + local
                 completion_ids[i], completions[i], cut = teacher_completion(
@@ -184,37 +237,32 @@ class OGERComponent(Component):
                     tool_mask[i] = [1] * len(ids)
                 is_offline[i], teacher[i], div_values[i], entropy_values[i] = True, teachers[j], None, None
 
-        self.generation = OGERGeneration(mode, tuple(is_offline), tuple(teacher), tuple(div_values),
+        self.generation = OGERGeneration(rollout.mode, tuple(is_offline), tuple(teacher), tuple(div_values),
                                          tuple(entropy_values), num_truncated, need_div, pending_entropy, embed_cut)
-        extra_fields = {**rollout.extra_fields, fields.IS_OFFLINE: list(is_offline)}  # read by later components
+        offline = tuple(a or b for a, b in zip(rollout.offline, is_offline))
         return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
-                                   tool_mask=tool_mask, extra_fields=extra_fields)
+                                   tool_mask=tool_mask, offline=offline)
 
-    def observes_scoring_forward(self, mode=None):
-        return self.generation is not None and self.generation.pending_entropy is not None
-
-    needs_scoring_entropy = observes_scoring_forward
-
-    def on_scoring_forward(self, forward):
+    def observe_forward(self, result):
         gen = self.generation
-        if gen is None or gen.pending_entropy is None:
+        if result.call.kind != "scoring" or gen is None or gen.pending_entropy is None:
             return
         entropy = list(gen.entropy)  # offline rows keep None; the online ones are read from TRL's forward
         online = torch.tensor([i for i, off in enumerate(gen.is_offline) if not off], dtype=torch.long)
         if online.numel():
-            values = last_token_values(forward.entropies.detach().float().cpu()[online], gen.pending_entropy[online])
+            entropies = result.forward.entropies.detach().float().cpu()
+            values = last_token_values(entropies[online], gen.pending_entropy[online])
             for i, value in zip(online.tolist(), values.tolist()):
                 entropy[i] = value
-        entropy = tuple(entropy)
-        self.generation = dataclasses.replace(gen, entropy=entropy, pending_entropy=None)
+        self.generation = dataclasses.replace(gen, entropy=tuple(entropy), pending_entropy=None)
         self._log_generation_metrics()
 
-    def reward_fields(self, mode):
+    def reward_fields(self, rollout):
         gen = self.generation
         return {fields.IS_OFFLINE: list(gen.is_offline), fields.TEACHER: list(gen.teacher),
                 fields.DIVERGENCE: list(gen.divergence), fields.LAST_TOKEN_ENTROPY: list(gen.entropy)}
 
-    def batch_fields(self, output, rows, mode):
+    def batch_fields(self, batch):
         return {"is_offline": torch.tensor(self.generation.is_offline, device=self.trainer.accelerator.device)}
 
     def _log_generation_metrics(self) -> None:
@@ -235,7 +283,7 @@ class OGERComponent(Component):
                 self._warned_embed_truncation = True
                 logger.warning("%d of %d completions are longer than the embedder's max_seq_length=%d tokens and were "
                                "embedded from their beginning only: completions that differ after it get the same "
-                               "divergence. Set OGERConfig.embedding_long_text_mode='chunk_mean' to embed them whole "
+                               "divergence. Set OGEROptions.embedding_long_text_mode='chunk_mean' to embed them whole "
                                "(metric oger/embed_truncated_frac)", int(n_embed_cut), int(n_all),
                                int(self.encoder.model.max_seq_length))
         if has_entropy:
@@ -250,17 +298,15 @@ class OGERComponent(Component):
                            int(n_cut), t.max_completion_length)
 
     # ---------------------------------------------------------------- loss
-    def uses_loss_forward(self, inputs, mode):
-        return "is_offline" in inputs  # every process takes this path: the collectives below stay in step
-
-    def loss_inputs(self, batch, mode):
+    def loss_batch(self, call):
         # TRL's objective sees the offline rows masked out through `tool_mask` (masks the loss, not attention)
+        batch = call.batch
         base = batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
         return {**batch, "tool_mask": base * (~batch["is_offline"]).unsqueeze(1).to(base.dtype)}
 
-    def extra_loss(self, loss, inputs, batch, forward, mode):
+    def extra_loss(self, call):
         with phase(self.trainer, "oger: policy shaping"):  # its backward is part of TRL's backward pass
-            return self._add_policy_shaping(loss, inputs, batch, forward, mode)
+            return self._add_policy_shaping(call.loss, call.inputs, call.batch, call.forward, call.mode)
 
     def _add_policy_shaping(self, loss, inputs, batch, forward, mode):
         """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation."""
@@ -280,7 +326,7 @@ class OGERComponent(Component):
                 token_normalizer = token_normalizer * t.current_gradient_accumulation_steps / t.args.steps_per_generation
         else:
             token_normalizer = n_all
-        shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], t.args.policy_shaping_gamma)
+        shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], self.options.policy_shaping_gamma)
         offline_loss = aggregate_token_loss(shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
                                             max_completion_length=t.max_completion_length,
                                             token_normalizer=token_normalizer, accumulation_steps=accumulation)

@@ -35,8 +35,18 @@ from collections.abc import Sequence
 
 import torch
 
-LONG_TEXT_MODES = ("truncate", "chunk_mean")
-EMBEDDING_DTYPES = ("float32", "bfloat16", "float16")
+from trl_explore.registry import Registry
+
+LONG_TEXT_MODES = Registry("embedding_long_text_mode", kind="long-text mode")
+"""How a trajectory longer than the embedder's ``max_seq_length`` is embedded (module docstring)."""
+LONG_TEXT_MODES.register("truncate", help="its first max_seq_length tokens, as the paper's pipeline; default")
+LONG_TEXT_MODES.register("chunk_mean", help="the token-weighted mean of consecutive windows")
+
+EMBEDDING_DTYPES = Registry("embedding_dtype", kind="embedder precision")
+"""Precisions of the embedder's matrix products (autocast; embeddings are float32 either way)."""
+EMBEDDING_DTYPES.register("float32", torch.float32)
+EMBEDDING_DTYPES.register("bfloat16", torch.bfloat16)
+EMBEDDING_DTYPES.register("float16", torch.float16)
 FORWARD_OVERHEAD_TOKENS = 32
 """A forward's fixed cost in padded tokens on a CPU, for the batching only: all-MiniLM-L6-v2 on one CPU core (issue 13)
 takes about 10 ms for a forward of 8 tokens and 0.3-0.45 ms per token in forwards of 64-2,048 tokens. On an accelerator
@@ -149,10 +159,8 @@ class TrajectoryEncoder:
         max_seq_length: int | None = None,
         dtype: str = "float32",
     ):
-        if dtype not in EMBEDDING_DTYPES:
-            raise ValueError(f"embedding dtype must be one of {EMBEDDING_DTYPES}, got {dtype!r}")
-        if long_text_mode not in LONG_TEXT_MODES:
-            raise ValueError(f"long_text_mode must be one of {LONG_TEXT_MODES}, got {long_text_mode!r}")
+        EMBEDDING_DTYPES.check(dtype, "embedding dtype")
+        LONG_TEXT_MODES.check(long_text_mode, "long_text_mode")
         if batch_size < 1:
             raise ValueError(f"embedding batch_size must be >= 1, got {batch_size}")
         self.model_name_or_path = model_name_or_path

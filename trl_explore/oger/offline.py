@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from trl_explore.oger.config import OGERConfig
+from trl_explore.oger.options import OGEROptions
 from trl_explore.oger.replacement import offline_completion_ids
 
 
-def offline_trajectories(row: dict, args: OGERConfig, row_name: str = "a dataset row"):
+def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a dataset row"):
     """Validate one dataset row's offline fields; return ``(texts, teachers, stored_embeddings)``.
 
     Args:
         row: a dataset row with ``args.offline_completions_column`` (list of str, possibly empty), and
             optionally ``args.offline_teachers_column`` (list of str, same length) and
             ``args.offline_embeddings_column`` (``[M][d]`` floats).
-        args: the trainer's :class:`OGERConfig` (column names).
+        args: the :class:`OGEROptions` (column names).
         row_name: how errors name the row (e.g. ``"training row 3"``).
 
     Returns:
@@ -61,7 +61,7 @@ def check_prompt(row: dict, row_name: str) -> None:
         )
 
 
-def offline_embeddings(texts: list[str], stored, encoder, args: OGERConfig) -> torch.Tensor:
+def offline_embeddings(texts: list[str], stored, encoder, args: OGEROptions) -> torch.Tensor:
     """``[M, d]`` embeddings of one prompt's teacher trajectories: the stored ones (checked) or the encoder's (cached).
 
     Raises:
@@ -81,7 +81,7 @@ def offline_embeddings(texts: list[str], stored, encoder, args: OGERConfig) -> t
     return emb
 
 
-def group_offline(rows, group, args: OGERConfig, encoder=None, training: bool = True):
+def group_offline(rows, group, args: OGEROptions, encoder=None, training: bool = True):
     """One group's teacher trajectories, teacher names and ``[M, d]`` embeddings (None when ``encoder`` is None).
 
     Args:

@@ -11,7 +11,12 @@ from collections.abc import Sequence
 
 import torch
 
-REPLACEMENT_RULES = ("lowest_divergence", "random")
+from trl_explore.registry import Registry
+
+REPLACEMENT_RULES = Registry("replacement_rule", kind="replacement rule")
+"""Which online completions of a group are replaced (:func:`select_replacements`)."""
+REPLACEMENT_RULES.register("lowest_divergence", help="the k closest to the teachers, as the paper; default")
+REPLACEMENT_RULES.register("random", help="k drawn uniformly at random, a control")
 
 
 def select_replacements(
@@ -41,7 +46,7 @@ def select_replacements(
     elif rule == "random":
         order = torch.randperm(n, generator=generator)
     else:
-        raise ValueError(f"unknown replacement rule {rule!r}; expected one of {REPLACEMENT_RULES}")
+        REPLACEMENT_RULES.check(rule)
     return torch.sort(order[:num_replacements]).values
 
 

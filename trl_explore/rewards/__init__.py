@@ -1,4 +1,5 @@
-"""Reward functions with TRL's ``reward_funcs`` signature: the verifiable math reward and OGER's.
+"""Reward functions with TRL's ``reward_funcs`` signature: the verifiable math reward R_m
+(OGER's exploration reward is ``trl_explore.oger.reward.OGERRewardFunction``).
 
 Loaded on first access, so ``import trl_explore.rewards`` pulls in neither torch nor math-verify.
 """
@@ -15,7 +16,6 @@ _LAZY = {
     "grade_batch": "trl_explore.rewards.math_verify_reward",
     "math_reward": "trl_explore.rewards.math_verify_reward",
     "verify_answer": "trl_explore.rewards.math_verify_reward",
-    "OGERRewardFunction": "trl_explore.rewards.oger_reward",
 }
 __all__ = sorted(_LAZY)
 

@@ -57,3 +57,36 @@ def non_binary_values(values: torch.Tensor, limit: int = 5) -> list[float]:
     values = values.detach().float().cpu()
     bad = values[~torch.isnan(values) & (values != 0) & (values != 1)]
     return torch.unique(bad)[:limit].tolist()
+
+
+def _column_names(dataset) -> set[str]:
+    """The columns of a ``Dataset``, ``IterableDataset`` (when its features are known) or list of row dicts."""
+    names = getattr(dataset, "column_names", None)
+    if names is None and isinstance(dataset, (list, tuple)) and dataset and isinstance(dataset[0], dict):
+        names = list(dataset[0])
+    return set(names or ())
+
+
+def check_column_clash(datasets: dict, components) -> None:
+    """Refuse a dataset column that a component would overwrite in the reward functions' kwargs.
+
+    Args:
+        datasets: ``{"train_dataset": ..., "eval_dataset": ...}`` (None values and dicts of datasets allowed).
+        components: objects with ``reward_field_names`` (the trainer's components: the keys each one adds).
+
+    Raises:
+        ValueError: naming the dataset, the column and the component.
+    """
+    for where, dataset in datasets.items():
+        parts = dataset.items() if isinstance(dataset, dict) else [(None, dataset)]
+        for key, part in parts:
+            columns = _column_names(part)
+            for component in components:
+                clash = sorted(columns & set(component.reward_field_names))
+                if clash:
+                    name = where if key is None else f"{where}[{key!r}]"
+                    raise ValueError(
+                        f"{name} has column(s) {clash}, which {type(component).__name__} adds to the reward "
+                        f"functions' inputs itself; rename the column(s) (the component's fields are "
+                        f"{list(component.reward_field_names)})"
+                    )

@@ -3,8 +3,15 @@
 See :mod:`trl_explore.rewards.grading` for what each mode and guard does.
 """
 
-MODES = ("math_verify", "trl", "strict", "boxed")
-"""Grader modes: where a completion's final answer is read."""
+from trl_explore.registry import Registry
+
+GRADER_MODES = Registry("grader_mode", kind="grader mode")
+"""Grader modes: where a completion's final answer is read (:mod:`trl_explore.rewards.grading`)."""
+GRADER_MODES.register("math_verify", help="Math-Verify's semantics plus guard-rails; default")
+GRADER_MODES.register("trl", help="as trl.rewards.accuracy_reward")
+GRADER_MODES.register("strict", help="answer-anchored, precision first")
+GRADER_MODES.register("boxed", help="only boxed answers")
+MODES = GRADER_MODES.names()
 DEFAULT_MODE = "math_verify"
 GUARDS = ("float_collapse", "interval_vs_set", "chained_equality", "unclosed_box")
 """Guard-rail classes: each only removes false positives."""
@@ -12,6 +19,4 @@ GUARDS = ("float_collapse", "interval_vs_set", "chained_equality", "unclosed_box
 
 def check_grader_mode(mode: str, option: str = "grader_mode") -> str:
     """Return ``mode`` if it is one of :data:`MODES`; else raise ValueError naming ``option`` and the valid modes."""
-    if mode not in MODES:
-        raise ValueError(f"{option}={mode!r} is not a grader mode; valid: {', '.join(MODES)}")
-    return mode
+    return GRADER_MODES.check(mode, option)

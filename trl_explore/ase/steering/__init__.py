@@ -12,7 +12,8 @@ from trl_explore.ase.steering.base import (
     route_groups,
     steering_offsets,
 )
-from trl_explore.ase.steering.hf import ActivationSteeringGenerator, find_decoder_layers, unwrap_model
+from trl_explore.ase.steering.hf import ActivationSteeringGenerator, find_decoder_layers
+from trl_explore.models import unwrap_model  # re-exported: where it was first defined
 
 __all__ = [
     "ActivationSteeringGenerator",

@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from trl_explore.ase.steering.base import SteeringBackend, _check_alpha, check_layer_index, check_routes
+from trl_explore.vllm_engine import vllm_model_runner
 
 logger = logging.getLogger(__name__)
 
@@ -228,20 +229,6 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
             os.environ.pop("VLLM_DISABLE_COMPILE_CACHE", None)
         else:
             os.environ["VLLM_DISABLE_COMPILE_CACHE"] = previous_env
-
-
-def vllm_model_runner(llm):
-    """The in-process model runner of a vLLM ``LLM`` (colocate mode), or raise ``RuntimeError``."""
-    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
-    worker = getattr(executor, "driver_worker", None)
-    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
-    if runner is None:
-        raise RuntimeError(
-            "the vLLM model runner is not reachable from this process: steering in colocate mode needs the engine "
-            "in-process (TRL's colocate mode does this with distributed_executor_backend='external_launcher'; for a "
-            "plain LLM set VLLM_ENABLE_V1_MULTIPROCESSING=0)"
-        )
-    return runner
 
 
 def runner_exposes_batch_layout(runner) -> bool:

@@ -1,0 +1,113 @@
+"""Configuration: :class:`ExplorationConfig` (the driver's ``GRPOConfig``) and :class:`ComponentOptions` (the base of
+each method's own options).
+
+A method's options are a dataclass of their own (``OGEROptions``, ``ASEOptions``, ...). They are used in two ways:
+
+* alone, handed to the method's component: ``ExplorationTrainer(model, args=ExplorationConfig(...),
+  components=[OGERComponent(OGEROptions(...)), ASEComponent(ASEOptions(...))])`` composes methods without any new
+  class;
+* as a base of a training config, so that ``TrlParser`` reads them from the command line and YAML:
+  ``class OGERConfig(OGEROptions, ExplorationConfig)`` is a ``GRPOConfig`` with OGER's options (the options class
+  comes first in the bases, so ``output_dir`` stays the first positional field). ``ExplorationConfig.__post_init__``
+  validates every options class among its bases, and the component reads its options back with
+  :meth:`ComponentOptions.from_config`.
+
+Checks: :meth:`ComponentOptions.validate` checks the options on their own (at construction); :meth:`ComponentOptions.
+apply` checks them against the training configuration and may set GRPO fields the method requires (when the config
+is built, and again when a trainer is built from separate options). Errors name the option and its class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from trl import GRPOConfig
+
+from trl_explore.rewards.modes import GRADER_MODES
+
+
+@dataclass
+class ComponentOptions:
+    """Base of a method's options (module docstring).
+
+    Class attributes:
+        section: the heading of these options in ``--help`` (``trl_explore.cli``) and in error messages.
+    """
+
+    section: ClassVar[str] = "Method options"
+
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:  # a base of a training config: ExplorationConfig.__post_init__ validates every option
+            parent()
+        else:
+            self.validate()
+
+    def validate(self) -> None:
+        """Check the options on their own. Raises ValueError / TypeError naming the option (see :meth:`error`)."""
+
+    def apply(self, args) -> None:
+        """Check the options against the training configuration ``args`` (a ``GRPOConfig``) and set the GRPO fields
+        the method requires. Raises ValueError naming the options and the training fields involved."""
+
+    @classmethod
+    def error(cls, message: str, kind: type[Exception] = ValueError) -> Exception:
+        """An exception whose message starts with the options class (``"OGEROptions: ..."``)."""
+        return kind(f"{cls.__name__}: {message}")
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The names of the fields these options declare (call it on the options class, e.g. ``OGEROptions``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    @classmethod
+    def from_config(cls, config) -> ComponentOptions:
+        """These options as set on ``config`` (a training config with these fields, e.g. ``OGERConfig``; another
+        object: the defaults for every field it does not have)."""
+        if type(config) is cls:
+            return config
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        return cls(**{name: getattr(config, name) for name in names if hasattr(config, name)})
+
+
+def options_classes(config_cls: type) -> list[type]:
+    """The options classes a training config class is built from, in the order of its bases."""
+    return [base for base in config_cls.__mro__ if issubclass(base, ComponentOptions) and base is not ComponentOptions
+            and not issubclass(base, GRPOConfig)]
+
+
+@dataclass
+class ExplorationConfig(GRPOConfig):
+    r"""
+    Configuration of [`ExplorationTrainer`]: TRL's [`~trl.GRPOConfig`] plus the options every method shares.
+
+    Parameters:
+        grader_mode (`str`, defaults to `"math_verify"`):
+            How the default verifiable reward `R_m` reads a completion's final answer (`trl_explore.rewards.grading`):
+            `"math_verify"` (Math-Verify's semantics plus guard-rails), `"trl"`, `"strict"` or `"boxed"`. The offline
+            builder and the evaluation take the same option.
+        vllm_enforce_eager (`bool`, defaults to `False`):
+            Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
+            start (CPU, tests), slower to decode. Steering works in both modes.
+
+    Raises:
+        ValueError: an unknown grader mode; any check of a method's options class among the bases.
+    """
+
+    grader_mode: str = field(
+        default="math_verify",
+        metadata={"help": "How the default reward R_m reads answers: " + GRADER_MODES.describe() + ".",
+                  "choices": list(GRADER_MODES)},
+    )
+    vllm_enforce_eager: bool = field(
+        default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        GRADER_MODES.check(self.grader_mode, "grader_mode")
+        for options_cls in options_classes(type(self)):
+            options_cls.validate(self)
+            options_cls.apply(self, self)
