@@ -7,7 +7,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
+
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -20,50 +21,19 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(default_policy_path())
 
 
-def make_tiny_causal_lm(tokenizer, arch: str = "llama", seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
-    """A randomly initialised 2-layer causal LM over ``tokenizer``'s vocabulary (float32, CPU)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
-    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
-    config = config_cls(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
-
-
 @pytest.fixture
 def tiny_model(smollm2_tokenizer):
     return make_tiny_causal_lm(smollm2_tokenizer)
 
 
-def run_two_cpu_processes(script, *script_args, timeout: int = 900):
-    """Run ``script`` in 2 CPU processes (gloo) with torchrun; return the finished ``CompletedProcess``.
+@pytest.fixture
+def make_tiny_lm(smollm2_tokenizer):
+    """``make_tiny_lm(arch="llama", seed=0, hidden_size=64, num_layers=2)``: a new tiny causal LM over the SmolLM2
+    vocabulary (see :func:`trl_explore.testing.make_tiny_causal_lm`)."""
+    return lambda **kwargs: make_tiny_causal_lm(smollm2_tokenizer, **kwargs)
 
-    ``accelerate launch --cpu --num_processes 2`` starts ONE process unless MPI is set up; torchrun starts two, and
-    ``ACCELERATE_USE_CPU=true`` keeps them on the CPU.
-    """
-    import socket
-    import subprocess
-    import sys
 
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), *map(str, script_args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def two_cpu_processes():
+    """:func:`trl_explore.testing.run_two_cpu_processes`: a script in 2 CPU processes (gloo), with torchrun."""
+    return run_two_cpu_processes

@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from conftest import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.ase.bank import SteeringVectorBank
 
@@ -432,7 +432,7 @@ import json, sys
 from pathlib import Path
 
 sys.path.insert(0, {tests_dir!r})
-from conftest import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from test_ase_trainer import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 

@@ -337,7 +337,7 @@ def test_grading_and_aggregation_on_scripted_completions(tmp_path):
 
 
 def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
-    from conftest import make_tiny_causal_lm
+    from trl_explore.testing import make_tiny_causal_lm
 
     from trl_explore.rewards.math_verify_reward import verify_answer
 
@@ -425,7 +425,7 @@ def test_results_table_layouts_and_deltas():
 
 
 def test_killed_generation_resumes_from_its_finished_batches(smollm2_tokenizer, tmp_path, monkeypatch):
-    from conftest import make_tiny_causal_lm
+    from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
     prompts = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
@@ -464,7 +464,7 @@ def test_killed_generation_resumes_from_its_finished_batches(smollm2_tokenizer, 
 
 
 def test_temperature_and_steering_sweeps_on_a_tiny_model(smollm2_tokenizer):
-    from conftest import make_tiny_causal_lm
+    from trl_explore.testing import make_tiny_causal_lm
 
     from trl_explore.ase.bank import SteeringVectorBank
 
@@ -494,7 +494,7 @@ def test_temperature_and_steering_sweeps_on_a_tiny_model(smollm2_tokenizer):
 
 
 def test_readouts_at_fractions_pick_the_response_relative_position(smollm2_tokenizer):
-    from conftest import make_tiny_causal_lm
+    from trl_explore.testing import make_tiny_causal_lm
 
     from trl_explore.ase.steering import ActivationSteeringGenerator, find_decoder_layers
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from test_oger_trainer import _config as oger_config
 from test_oger_trainer import _dataset as oger_dataset
 from trl_explore import ASEConfig, OGERTrainer

@@ -6,7 +6,7 @@ import pytest
 import transformers.trainer
 import yaml
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from test_ase_trainer import _config as ase_config
 from test_ase_trainer import _dataset as ase_dataset
 from test_ase_trainer import parity_reward

@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from conftest import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.ase import component as ase_component
 from trl_explore.oger import component as oger_component
@@ -306,7 +306,7 @@ import json, sys
 from pathlib import Path
 
 sys.path.insert(0, {tests_dir!r})
-from conftest import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from test_oger_ase import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.oger import component as oger_trainer_module
 from trl_explore.oger.embedding import TrajectoryEncoder

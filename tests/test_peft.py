@@ -5,7 +5,7 @@ import torch
 from peft import LoraConfig
 from transformers import TrainerCallback
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from test_ase_trainer import _config as ase_config
 from test_ase_trainer import _dataset as ase_dataset
 from test_ase_trainer import parity_reward

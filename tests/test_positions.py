@@ -9,7 +9,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GPT2Config
 from trl import GRPOConfig, GRPOTrainer
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from trl_explore.ase.recording import BlockReadouts
 from trl_explore.ase.steering import ActivationSteeringGenerator
 from trl_explore.driver import ExplorationTrainer

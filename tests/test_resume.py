@@ -17,7 +17,7 @@ from datasets import Dataset
 from trl import GRPOConfig
 from trl.trainer.utils import RepeatSampler
 
-from conftest import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import (ASEConfig, ASEGRPOTrainer, OGERASEConfig, OGERASETrainer, OGERConfig, OGERRewardFunction,
                          OGERTrainer)
 from trl_explore.driver import ExplorationTrainer
@@ -77,7 +77,7 @@ def _losses(trainer) -> dict[int, float]:
 
 
 def _bank(trainer):
-    return trainer.ase.bank.state_dict() if hasattr(trainer, "bank") else None
+    return trainer.ase.bank.state_dict() if hasattr(trainer, "ase") else None
 
 
 def _assert_same_bank(a, b):

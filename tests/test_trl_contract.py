@@ -6,7 +6,7 @@ import pytest
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from conftest import make_tiny_causal_lm
+from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import trl_contract
 from trl_explore.driver import ExplorationTrainer
 
@@ -19,7 +19,8 @@ def test_installed_trl_matches_the_contract():
 
 
 def test_driver_overrides_exactly_the_listed_methods():
-    overridden = {name for name, value in vars(ExplorationTrainer).items()
+    ours = [cls for cls in ExplorationTrainer.__mro__ if cls.__module__.startswith("trl_explore")]  # driver + mixin
+    overridden = {name for cls in ours for name, value in vars(cls).items()
                   if callable(value) and hasattr(GRPOTrainer, name) and not name.startswith("__")}
     assert overridden == set(trl_contract.OVERRIDDEN_METHODS)
     # each override takes TRL's leading parameters (the rest through *args / **kwargs where it forwards them)

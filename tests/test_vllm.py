@@ -22,7 +22,7 @@ else:
 from datasets import Dataset  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from conftest import make_tiny_causal_lm  # noqa: E402
+from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from trl_explore.ase.steering.vllm import (  # noqa: E402
     ROUTE_KEY,
     VLLMActivationSteeringGenerator,

@@ -143,9 +143,9 @@ def _train(trainer_name: str, model, tokenizer, engine: str, out: Path):
         "completions": completions,
         "grad_norm": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
     }
-    if hasattr(trainer, "encoder"):
+    if hasattr(trainer, "oger"):
         record["embedder"] = _parameter_summary(trainer.oger.encoder.model)
-    if hasattr(trainer, "bank"):
+    if hasattr(trainer, "ase"):
         record["bank"] = None if trainer.ase.bank.vectors is None else trainer.ase.bank.vectors.tolist()
         record["bank_updates"] = trainer.ase.bank.num_updates
     return trainer, record
@@ -155,7 +155,7 @@ def main(engine: str, out: Path, trainer_names: list[str]) -> None:
     """Train each trainer in turn in this process (one launch per engine: start-up dominates a launch)."""
     from transformers import AutoTokenizer
 
-    from conftest import make_tiny_causal_lm
+    from trl_explore.testing import make_tiny_causal_lm
     from trl_explore.defaults import default_policy_path
 
     tokenizer = AutoTokenizer.from_pretrained(default_policy_path())

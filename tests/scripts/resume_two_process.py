@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from conftest import make_tiny_causal_lm  # noqa: E402
+from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from test_resume import parity_reward  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402

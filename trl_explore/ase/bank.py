@@ -25,288 +25,30 @@ and keeps the state (vectors, counters, random generator).
 from __future__ import annotations
 
 import json
+import math
 import os
-import warnings
 from collections.abc import Hashable, Sequence
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
-from sklearn.decomposition import PCA
-from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import threadpool_limits
 
+from trl_explore.ase.contrasts import CORRECT_THRESHOLD, contrast_pairs, pair_differences, shuffle_pair_labels
 from trl_explore.ase.controls import BANK_CONTROLS
+from trl_explore.ase.directions import (cluster_candidates, ema_update, match_to_previous, mean_pairwise_cosine,
+                                        random_directions_like, random_unit_vectors)
 from trl_explore.similarity import EPS as _EPS
-from trl_explore.similarity import cosine_matrix
 
-CORRECT_THRESHOLD = 0.5
-"""A rollout is *correct* (positive) when its reward is strictly greater than this value.
-
-ASE rewards are verifier outcomes in {0, 1}, so 0.5 splits them without ambiguity."""
+__all__ = [  # the pure steps live in contrasts.py and directions.py; re-exported here, where the recipe uses them
+    "CORRECT_THRESHOLD", "SteeringVectorBank", "applied_strength", "bank_metrics", "cluster_candidates",
+    "contrast_pairs", "ema_update", "match_to_previous", "mean_pairwise_cosine", "pair_differences",
+    "random_directions_like", "random_unit_vectors", "shuffle_pair_labels",
+]
 
 CONTROLS = BANK_CONTROLS
 """Names accepted by ``SteeringVectorBank(control=...)`` (defined in ``trl_explore.ase.controls``)."""
 
 BANK_TENSORS_FILE = "steering_bank.safetensors"
 BANK_METADATA_FILE = "steering_bank.json"
-
-
-# --------------------------------------------------------------------------------------------
-# Pure functions (tensors in, tensors out)
-# --------------------------------------------------------------------------------------------
-
-
-def contrast_pairs(
-    problem_ids: Sequence[Hashable],
-    rewards: torch.Tensor,
-    *,
-    threshold: float = CORRECT_THRESHOLD,
-    max_pairs_per_problem: int | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Within-problem (correct, incorrect) index pairs (paper §3.2: within-problem pairing).
-
-    Every correct rollout (``reward > threshold``) of a problem is paired with every incorrect one
-    (``reward <= threshold``) of the same problem. Order of the result: problems in order of first
-    appearance; inside a problem, positives in row order, and for each positive the negatives in row
-    order.
-
-    Args:
-        problem_ids: ``B`` hashable ids; rows with equal ids belong to the same problem.
-        rewards: ``Tensor[B]`` of verifier rewards (any real dtype).
-        threshold: rewards strictly above it are correct. Default 0.5 (``CORRECT_THRESHOLD``).
-        max_pairs_per_problem: if set and a problem has more pairs than this, keep a uniformly random
-            subset of exactly this many (without replacement, drawn from ``generator``), kept in the
-            order above. ``None`` (default) keeps all pairs (at most ``(N/2)^2`` per problem).
-        generator: CPU ``torch.Generator`` for the capping draws (only used when a cap binds).
-
-    Returns:
-        ``LongTensor[P, 2]`` of row indices, column 0 the positive, column 1 the negative.
-        ``P`` may be 0.
-
-    Raises:
-        ValueError: ``rewards`` not 1-D, length mismatch with ``problem_ids``, non-finite rewards,
-            or ``max_pairs_per_problem < 1``.
-        TypeError: an unhashable problem id.
-    """
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
-    if len(problem_ids) != rewards.shape[0]:
-        raise ValueError(
-            f"problem_ids has {len(problem_ids)} entries but rewards has {rewards.shape[0]} rows"
-        )
-    if not torch.isfinite(rewards).all():
-        raise ValueError("rewards contains NaN or inf")
-    if max_pairs_per_problem is not None and max_pairs_per_problem < 1:
-        raise ValueError(f"max_pairs_per_problem must be >= 1 or None, got {max_pairs_per_problem}")
-
-    correct = (rewards.detach().cpu() > threshold).tolist()
-    rows_of: dict[Hashable, list[int]] = {}
-    for row, pid in enumerate(problem_ids):
-        try:
-            rows_of.setdefault(pid, []).append(row)
-        except TypeError as err:
-            raise TypeError(f"problem_ids[{row}] = {pid!r} is not hashable") from err
-
-    pairs: list[torch.Tensor] = []
-    for rows in rows_of.values():
-        pos = torch.tensor([r for r in rows if correct[r]], dtype=torch.long)
-        neg = torch.tensor([r for r in rows if not correct[r]], dtype=torch.long)
-        if len(pos) == 0 or len(neg) == 0:
-            continue
-        problem_pairs = torch.cartesian_prod(pos, neg).reshape(-1, 2)
-        if max_pairs_per_problem is not None and len(problem_pairs) > max_pairs_per_problem:
-            keep = torch.randperm(len(problem_pairs), generator=generator)[:max_pairs_per_problem]
-            problem_pairs = problem_pairs[keep.sort().values]
-        pairs.append(problem_pairs)
-    if not pairs:
-        return torch.zeros((0, 2), dtype=torch.long)
-    return torch.cat(pairs)
-
-
-def pair_differences(activations: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-    """CAA-style contrast vectors ``a_pos - a_neg`` (paper §3.2; Rimsky et al. 2024).
-
-    Args:
-        activations: ``Tensor[B, d]`` (float32 expected; see ``SteeringVectorBank.update``).
-        pairs: ``LongTensor[P, 2]`` from ``contrast_pairs``.
-
-    Returns:
-        ``Tensor[P, d]``, same dtype as ``activations``.
-    """
-    return activations[pairs[:, 0]] - activations[pairs[:, 1]]
-
-
-def shuffle_pair_labels(
-    differences: torch.Tensor, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shuffled-labels control: swap positive and negative of each pair with probability 1/2.
-
-    Swapping the labels of a pair negates its difference, so this flips the sign of random rows
-    (paper App. D: "randomly exchanged before PCA, K-means, and cluster-direction estimation").
-
-    Args:
-        differences: ``Tensor[P, d]`` of ``a_pos - a_neg``.
-        generator: CPU ``torch.Generator``; exactly one ``torch.rand(P)`` draw is taken from it.
-
-    Returns:
-        ``(shuffled Tensor[P, d], swapped BoolTensor[P])`` where ``swapped[i]`` says row i was negated.
-    """
-    swapped = torch.rand(differences.shape[0], generator=generator) < 0.5
-    sign = 1.0 - 2.0 * swapped.to(differences.dtype)
-    return differences * sign[:, None], swapped
-
-
-def cluster_candidates(
-    differences: torch.Tensor,
-    num_clusters: int,
-    *,
-    pca_dim: int = 64,
-    kmeans_n_init: int = 16,
-    seed: int = 0,
-    num_threads: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PCA + K-means on the contrast vectors; one mean-difference candidate per cluster.
-
-    Paper §3.2 / App. D: PCA dimension 64, no feature scaling, K-means; the candidate of cluster k
-    is the mean of its members' differences in the original ``d``-dimensional space (not
-    normalised). PCA keeps ``min(pca_dim, P, d)`` components (scikit-learn ``PCA``, centred, solver
-    chosen by scikit-learn, ``random_state=seed``); K-means is scikit-learn ``KMeans`` (k-means++,
-    Lloyd, ``n_init=kmeans_n_init`` restarts, ``random_state=seed``). With ``num_clusters == 1``
-    PCA and K-means are skipped (one cluster holds every pair).
-
-    Args:
-        differences: ``Tensor[P, d]`` float32, finite, ``P >= num_clusters``.
-        num_clusters: K >= 1.
-        pca_dim: upper bound on the PCA dimension (default 64).
-        kmeans_n_init: K-means restarts (default 16); cost grows linearly with it.
-        seed: ``random_state`` of PCA and K-means.
-        num_threads: cap on the BLAS/OpenMP threads scikit-learn uses here (``threadpoolctl``);
-            ``None`` (default) leaves the process settings alone.
-
-    Returns:
-        ``(candidates Tensor[K, d] float32, labels LongTensor[P])``. If K-means finds fewer than K
-        distinct clusters (e.g. fewer than K distinct differences), the empty clusters get a zero
-        candidate; check ``torch.bincount(labels, minlength=K)`` (``SteeringVectorBank`` skips the
-        update in that case).
-
-    Raises:
-        ValueError: ``differences`` not 2-D, ``num_clusters < 1`` or ``P < num_clusters``.
-    """
-    if differences.dim() != 2:
-        raise ValueError(f"differences must be 2-D [P, d], got shape {tuple(differences.shape)}")
-    num_pairs, dim = differences.shape
-    if num_clusters < 1:
-        raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
-    if num_pairs < num_clusters:
-        raise ValueError(f"need at least num_clusters={num_clusters} differences, got {num_pairs}")
-    differences = differences.detach().to(device="cpu", dtype=torch.float32)
-
-    if num_clusters == 1:
-        labels = torch.zeros(num_pairs, dtype=torch.long)
-    else:
-        features = differences.numpy()
-        n_components = min(pca_dim, num_pairs, dim)
-        kmeans = KMeans(n_clusters=num_clusters, n_init=kmeans_n_init, random_state=seed)
-        with threadpool_limits(limits=num_threads):
-            # Zero-variance input makes scikit-learn's explained-variance ratio divide 0 by 0; we do
-            # not use that ratio, and K-means then finds fewer than K clusters (handled by the caller).
-            with np.errstate(invalid="ignore", divide="ignore"):
-                reduced = PCA(n_components=n_components, random_state=seed).fit_transform(features)
-            with warnings.catch_warnings():
-                # "Number of distinct clusters found smaller than n_clusters": reported through
-                # empty clusters in ``labels`` instead.
-                warnings.filterwarnings("ignore", "Number of distinct clusters", ConvergenceWarning)
-                labels = torch.from_numpy(kmeans.fit_predict(reduced).astype(np.int64))
-
-    counts = torch.bincount(labels, minlength=num_clusters)
-    sums = torch.zeros(num_clusters, dim, dtype=torch.float32).index_add_(0, labels, differences)
-    candidates = sums / counts.clamp(min=1).to(torch.float32)[:, None]
-    return candidates, labels
-
-
-def match_to_previous(previous: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-    """One-to-one matching of new candidates to the previous bank, maximising total cosine.
-
-    Paper §3.2: "match candidates to the previous bank (maximum cosine, one-to-one)". Solved
-    exactly with the Hungarian algorithm (``scipy.optimize.linear_sum_assignment``), which can differ
-    from greedily taking the best pair first.
-
-    Args:
-        previous: ``Tensor[K, d]`` previous bank.
-        candidates: ``Tensor[K, d]`` new candidates.
-
-    Returns:
-        ``LongTensor[K]`` permutation ``perm`` such that ``candidates[perm][k]`` is matched to
-        ``previous[k]``.
-
-    Raises:
-        ValueError: shapes differ.
-    """
-    if previous.shape != candidates.shape:
-        raise ValueError(
-            f"previous {tuple(previous.shape)} and candidates {tuple(candidates.shape)} differ in shape"
-        )
-    cosines = cosine_matrix(previous.double(), candidates.double()).numpy()
-    rows, cols = linear_sum_assignment(cosines, maximize=True)
-    perm = torch.empty(previous.shape[0], dtype=torch.long)
-    perm[torch.from_numpy(rows)] = torch.from_numpy(cols).long()
-    return perm
-
-
-def ema_update(previous: torch.Tensor, new: torch.Tensor, beta: float) -> torch.Tensor:
-    """Exponential moving average ``beta * previous + (1 - beta) * new`` (paper §3.2, beta = 0.5).
-
-    ``new`` must already be matched to ``previous`` row by row (``match_to_previous``).
-    """
-    return beta * previous + (1.0 - beta) * new
-
-
-def random_directions_like(
-    candidates: torch.Tensor, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """Random-directions control: independent Gaussian directions with each candidate's L2 norm.
-
-    Paper App. D: "each independent random vector is rescaled to the corresponding cluster
-    candidate's original L2 norm before the EMA update".
-
-    Args:
-        candidates: ``Tensor[K, d]`` float32.
-        generator: CPU ``torch.Generator``; one ``torch.randn(K, d)`` draw is taken from it.
-
-    Returns:
-        ``Tensor[K, d]`` float32, row k with norm ``candidates[k].norm()`` and a uniformly random
-        direction.
-    """
-    directions = random_unit_vectors(candidates.shape[0], candidates.shape[1], generator)
-    return directions * candidates.norm(dim=1, keepdim=True)
-
-
-def random_unit_vectors(
-    num_vectors: int, dim: int, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """``Tensor[num_vectors, dim]`` float32 of independent, uniformly distributed unit vectors.
-
-    Drawn as normalised standard Gaussians; one ``torch.randn(num_vectors, dim)`` draw from
-    ``generator``.
-    """
-    gaussian = torch.randn(num_vectors, dim, generator=generator, dtype=torch.float32)
-    return gaussian / gaussian.norm(dim=1, keepdim=True).clamp(min=_EPS)
-
-
-def mean_pairwise_cosine(vectors: torch.Tensor) -> float:
-    """Mean cosine over the unordered pairs of rows of ``vectors [K, d]``, K >= 2.
-
-    The inter-cluster alignment of paper Fig. 5 (lower bound -1/(K-1), i.e. -0.5 for K = 3).
-    """
-    if vectors.shape[0] < 2:
-        raise ValueError(f"need at least 2 vectors, got {vectors.shape[0]}")
-    cosines = cosine_matrix(vectors, vectors)
-    upper = torch.triu_indices(vectors.shape[0], vectors.shape[0], offset=1)
-    return float(cosines[upper[0], upper[1]].mean())
 
 
 # --------------------------------------------------------------------------------------------
@@ -731,7 +473,7 @@ def applied_strength(vectors: torch.Tensor, alpha: float, hidden_states: torch.T
                          f"{tuple(hidden_states.shape)}")
     if hidden_states.shape[0] == 0:
         raise ValueError("hidden_states is empty: no activation to compare the vectors with")
-    if not (np.isfinite(alpha) and alpha >= 0):
+    if not (math.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
     median = torch.quantile(hidden_states.double().norm(dim=1), 0.5)
     if median == 0:

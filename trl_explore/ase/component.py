@@ -27,7 +27,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from trl_explore.ase.bank import SteeringVectorBank, applied_strength, bank_metrics
-from trl_explore.ase.controls import CLEAN_ROUTE, OFFLINE_ROUTE
+from trl_explore.ase.controls import BANK_READOUTS, CLEAN_ROUTE, OFFLINE_ROUTE
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs, check_steering_layer
@@ -285,7 +285,7 @@ class ASEComponent(Component):
         step.updated = True
         clean = t.accelerator.gather(step.readouts.to(t.accelerator.device)).cpu()  # TRL's forwards are unsteered
         readouts = clean
-        if step.offsets is not None and self.options.bank_readouts == "steered":  # as generated: clean + alpha v_route
+        if step.offsets is not None and BANK_READOUTS[self.options.bank_readouts]:  # as generated: clean + alpha v_route
             readouts = clean + t.accelerator.gather(step.offsets.to(t.accelerator.device)).cpu()
         valid = t.accelerator.gather(step.valid.to(t.accelerator.device)).cpu() & torch.isfinite(step.correct)
         keep = valid.nonzero().squeeze(1)

@@ -41,9 +41,10 @@ BANK_CONTROLS.register("unstructured_random", BankControl(estimates_bank=False),
                        help="one unit random vector per rollout, no bank")
 
 BANK_READOUTS = Registry("bank_readouts", kind="bank readout")
-"""The block-L readout a rollout contributes to the bank: the unsteered one, or the steered one (clean + alpha v)."""
-BANK_READOUTS.register("clean", help="the unsteered block output; default")
-BANK_READOUTS.register("steered", help="clean + alpha * v_route, as generated")
+"""The block-L readout a rollout contributes to the bank: the unsteered one, or the steered one (clean + alpha v); an
+entry is True when the route's offset ``alpha * v_route`` is added to the clean readout."""
+BANK_READOUTS.register("clean", False, help="the unsteered block output; default")
+BANK_READOUTS.register("steered", True, help="clean + alpha * v_route, as generated")
 
 ROUTE_ALLOCATIONS = Registry("route_allocation", kind="route allocation")
 """How a group's rollouts are split over the clean route and the K steering routes (``trl_explore.ase.routing``)."""

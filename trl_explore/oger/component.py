@@ -28,9 +28,9 @@ from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
 from trl_explore.oger.offline import check_prompt, generation_prefix, group_offline, offline_trajectories, teacher_completion
-from trl_explore.oger.options import OGEROptions
+from trl_explore.oger.options import LAST_TOKEN, OGEROptions
 from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
-from trl_explore.oger.replacement import sample_offline_indices, select_replacements
+from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class OGERComponent(Component):
         With neither, nothing is computed and OGER costs what GRPO costs."""
         opts = self.options
         num_replace = opts.num_replacements if mode == "train" else 0
-        need_div = opts.use_exploration_reward or (num_replace > 0 and opts.replacement_rule == "lowest_divergence")
+        need_div = opts.use_exploration_reward or (num_replace > 0 and REPLACEMENT_RULES[opts.replacement_rule].uses_divergence)
         return num_replace, need_div, need_div and opts.entropy_refinement
 
     def needs(self, mode):
@@ -142,7 +142,7 @@ class OGERComponent(Component):
         if not (hf_generate and self._plan(call.mode)[2]):
             return None
         self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature, t.eos_token_ids,
-                                                  keep_previous=self.options.last_token == "before_eos")
+                                                  keep_previous=LAST_TOKEN[self.options.last_token])
         return self._recorder
 
     def offline_for_group(self, rows, group, need_embeddings: bool = True):
@@ -189,7 +189,7 @@ class OGERComponent(Component):
 
         # H_last (Eq. 6) of every online completion, at the distribution that produced its last token
         last_pos = torch.tensor([len(c) for c in completion_ids])
-        if self.options.last_token == "before_eos":
+        if LAST_TOKEN[self.options.last_token]:  # the distribution before a final EOS
             last_pos = last_pos - torch.tensor([len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]).long()
         last_pos = last_pos.clamp(min=1)
         entropy, deferred = self._last_token_entropy(rollout, last_pos) if need_entropy else (None, False)

@@ -11,9 +11,9 @@ from trl_explore.oger.replacement import REPLACEMENT_RULES
 from trl_explore.registry import Registry
 
 LAST_TOKEN = Registry("last_token", kind="last-token rule")
-"""Which next-token distribution defines ``H_last`` (OGER Eq. 6)."""
-LAST_TOKEN.register("final_token", help="the one that produced the final completion token, EOS included; default")
-LAST_TOKEN.register("before_eos", help="the one that produced the last token before a final EOS")
+"""Which next-token distribution defines ``H_last`` (OGER Eq. 6); an entry is True when a final EOS is skipped."""
+LAST_TOKEN.register("final_token", False, help="the one that produced the final completion token, EOS included; default")
+LAST_TOKEN.register("before_eos", True, help="the one that produced the last token before a final EOS")
 
 
 @dataclass

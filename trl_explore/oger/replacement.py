@@ -7,16 +7,37 @@ prompt's teachers, giving the hybrid group ``T_hyb`` of ``N`` samples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from trl_explore.registry import Registry
 
+
+@dataclass(frozen=True)
+class ReplacementRule:
+    """A replacement rule: ``order(divergence [N], generator) -> LongTensor[N]`` ranks a group's completions, the
+    first ``k`` are replaced; ``uses_divergence``: the ranking reads the divergence (it must then be computed)."""
+
+    order: Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]
+    uses_divergence: bool
+
+
+def _lowest_divergence_first(divergence, generator):
+    return torch.sort(divergence.float().cpu(), stable=True).indices  # a stable sort: lower index first among ties
+
+
+def _random_order(divergence, generator):
+    return torch.randperm(divergence.numel(), generator=generator)
+
+
 REPLACEMENT_RULES = Registry("replacement_rule", kind="replacement rule")
 """Which online completions of a group are replaced (:func:`select_replacements`)."""
-REPLACEMENT_RULES.register("lowest_divergence", help="the k closest to the teachers, as the paper; default")
-REPLACEMENT_RULES.register("random", help="k drawn uniformly at random, a control")
+REPLACEMENT_RULES.register("lowest_divergence", ReplacementRule(_lowest_divergence_first, uses_divergence=True),
+                           help="the k closest to the teachers, as the paper; default")
+REPLACEMENT_RULES.register("random", ReplacementRule(_random_order, uses_divergence=False),
+                           help="k drawn uniformly at random, a control")
 
 
 def select_replacements(
@@ -40,13 +61,9 @@ def select_replacements(
     n = divergence.numel()
     if not 0 <= num_replacements <= n:
         raise ValueError(f"num_replacements must be in [0, {n}] for a group of {n}, got {num_replacements}")
-    if rule == "lowest_divergence":
-        # a stable sort keeps the lower index first among equal divergences
-        order = torch.sort(divergence.float().cpu(), stable=True).indices
-    elif rule == "random":
-        order = torch.randperm(n, generator=generator)
-    else:
-        REPLACEMENT_RULES.check(rule)
+    if rule not in REPLACEMENT_RULES:
+        raise ValueError(f"unknown replacement rule {rule!r}; expected one of {REPLACEMENT_RULES.names()}")
+    order = REPLACEMENT_RULES[rule].order(divergence, generator)
     return torch.sort(order[:num_replacements]).values
 
 

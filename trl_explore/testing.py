@@ -1,0 +1,120 @@
+"""Helpers to test trainers and components, this package's and your own, without a model hub.
+
+* :func:`make_tiny_causal_lm`: a randomly initialised 2-layer causal LM over a tokenizer's vocabulary (seconds per
+  training step on a CPU);
+* :func:`parity_reward`: a synthetic verifier that gives groups of mixed right and wrong answers;
+* :func:`doubling_dataset` and :func:`teacher_math_dataset`: two-prompt datasets in the layout the trainers take
+  (``prompt``, ``answer``, ``problem_id``, optionally ``offline_completions`` / ``offline_teachers``);
+* :func:`tiny_training_args`: the ``GRPOConfig`` keyword arguments of a few fast CPU steps;
+* :func:`run_two_cpu_processes`: a script in two CPU processes (gloo), as ``torchrun`` starts them.
+
+``tests/test_third_method.py`` shows them at work on a component written outside the package.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+
+def make_tiny_causal_lm(tokenizer, arch: str = "llama", seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
+    """A randomly initialised causal LM over ``tokenizer``'s vocabulary (float32, CPU).
+
+    Args:
+        tokenizer: its ``len`` is the vocabulary size; its BOS / EOS / pad ids are the model's.
+        arch: ``"llama"`` or ``"qwen2"`` (rotary positions, grouped-query attention: 4 heads, 2 key-value heads).
+        seed: ``torch.manual_seed`` before the weights are drawn.
+        hidden_size, num_layers: model width and depth (defaults 64 and 2).
+
+    Raises:
+        KeyError: another ``arch``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
+    config = config_cls(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def parity_reward(completions, **kwargs) -> list[float]:
+    """Synthetic verifier: 1.0 when the completion has an even number of characters, else 0.0 (mixed groups from a
+    random policy, hence contrast pairs and non-zero advantages)."""
+    return [float(len(c[0]["content"] if isinstance(c, list) else c) % 2 == 0) for c in completions]
+
+
+DOUBLING_TEACHERS = (
+    ("Zero plus zero is 0, so the answer is \\boxed{0}.", "0 + 0 = 0. \\boxed{0}"),
+    ("One plus one is 2, so the answer is \\boxed{2}.",),
+)
+
+
+def doubling_dataset(num_prompts: int = 2, teachers=None):
+    """``num_prompts`` rows "What is i + i?" (answer ``2i``, ``problem_id`` ``p{i}``), conversational prompts.
+
+    Args:
+        num_prompts: rows (at most ``len(teachers)`` when teachers are given).
+        teachers: per row, a sequence of teacher texts for ``offline_completions`` (``offline_teachers`` named
+            ``teacher-j``); None: no offline columns. :data:`DOUBLING_TEACHERS` holds two rows of them.
+    """
+    from datasets import Dataset
+
+    rows = []
+    for i in range(num_prompts):
+        row = {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+               "problem_id": f"p{i}"}
+        if teachers is not None:
+            row["offline_completions"] = list(teachers[i])
+            row["offline_teachers"] = [f"teacher-{j}" for j in range(len(teachers[i]))]
+        rows.append(row)
+    return Dataset.from_list(rows)
+
+
+def teacher_math_dataset():
+    """Two rows with teacher trajectories: "What is 2 + 2?" (two teachers) and "What is 3 * 3?" (one)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "answer": "4",
+         "offline_completions": ["We add the numbers: 2 + 2 = 4. The answer is \\boxed{4}.",
+                                 "Two plus two equals four, so the result is \\boxed{4}."],
+         "offline_teachers": ["teacher-a", "teacher-b"]},
+        {"prompt": [{"role": "user", "content": "What is 3 * 3?"}], "answer": "9",
+         "offline_completions": ["Since 3 times 3 is 9, the answer is \\boxed{9}."], "offline_teachers": ["teacher-c"]},
+    ])
+
+
+def tiny_training_args(output_dir, **overrides) -> dict:
+    """Keyword arguments of a ``GRPOConfig`` (or subclass) for two fast CPU steps: one group of 4 per step, 8 new
+    tokens, lr 1e-3, no checkpoints, no reporting, float32; ``overrides`` replace or add fields."""
+    return {
+        "output_dir": str(output_dir), "per_device_train_batch_size": 4, "num_generations": 4,
+        "max_completion_length": 8, "max_steps": 2, "learning_rate": 1e-3, "logging_steps": 1, "report_to": "none",
+        "save_strategy": "no", "use_cpu": True, "bf16": False, "seed": 0, "log_completions": False, **overrides,
+    }
+
+
+def run_two_cpu_processes(script, *script_args, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``script`` in 2 CPU processes (gloo) with torchrun; return the finished ``CompletedProcess``.
+
+    ``accelerate launch --cpu --num_processes 2`` starts ONE process unless MPI is set up; torchrun starts two, and
+    ``ACCELERATE_USE_CPU=true`` keeps them on the CPU.
+    """
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           str(script), *map(str, script_args)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
