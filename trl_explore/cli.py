@@ -1,0 +1,85 @@
+"""The command line the example scripts share: ``TrlParser`` with each method's options first, under its own heading,
+and the script's default recipe when no ``--config`` is given.
+
+``TrlParser`` (``HfArgumentParser``) puts every field of a training config in one list, TRL's and Transformers' ~200
+options first; :func:`make_parser` moves the fields of each method's options class
+(:class:`~trl_explore.config.ComponentOptions`, e.g. ``OGEROptions``) into an argument group of its own, titled by the
+class's ``section``, and lists those groups before the rest. Parsing is unchanged: the fields stay fields of the same
+config class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+from collections.abc import Sequence
+
+from trl import GRPOConfig, TrlParser
+
+from trl_explore.config import ExplorationConfig, options_classes
+
+
+def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) -> TrlParser:
+    """A ``TrlParser`` over ``dataclass_types`` whose method options come first in ``--help``.
+
+    Args:
+        dataclass_types: as for ``TrlParser`` (script arguments, a training config, ``ModelConfig``, ...).
+        sections: dataclasses to show first, each under its own heading (its ``section`` attribute, else its name),
+            e.g. the script's arguments; then the options classes found among the training configs' bases
+            (``OGERConfig`` -> ``OGEROptions``).
+
+    Returns:
+        The parser.
+    """
+    parser = TrlParser(tuple(dataclass_types), usage="%(prog)s [--config RECIPE.yaml] [--option value ...]")
+    found = list(sections) + [cls for dtype in dataclass_types for cls in reversed(options_classes(dtype))]
+    groups = []
+    for section_cls in dict.fromkeys(found):  # keep the order, drop repeats
+        names = {f.name for f in dataclasses.fields(section_cls)}
+        group = parser.add_argument_group(getattr(section_cls, "section", section_cls.__name__))
+        for action in list(parser._optionals._group_actions):  # argparse keeps the actions of a group in this list
+            if action.dest in names:
+                parser._optionals._group_actions.remove(action)
+                group._group_actions.append(action)
+        groups.append(group)
+    shared = {f.name for f in dataclasses.fields(ExplorationConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
+    if any(isinstance(d, type) and issubclass(d, ExplorationConfig) for d in dataclass_types):
+        group = parser.add_argument_group("Shared options (trl_explore.ExplorationConfig)")
+        for action in list(parser._optionals._group_actions):
+            if action.dest in shared:
+                parser._optionals._group_actions.remove(action)
+                group._group_actions.append(action)
+        groups.append(group)
+    parser._optionals.title = "TRL GRPOConfig, Transformers TrainingArguments and other options"
+    rest = [g for g in parser._action_groups if g not in groups]
+    parser._action_groups[:] = rest[:1] + groups + rest[1:]  # positionals, the methods' options, then the others
+    return parser
+
+
+def with_default_recipe(argv: Sequence[str], recipe: str | pathlib.Path) -> list[str]:
+    """``argv`` with ``--config <recipe>`` in front unless it names a config (``--config x`` or ``--config=x``)."""
+    argv = list(argv)
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return argv
+    return ["--config", str(recipe), *argv]
+
+
+def parse_args(dataclass_types: Sequence[type], recipe: str | pathlib.Path, argv: Sequence[str] | None = None,
+               sections: Sequence[type] = ()):
+    """Parse ``argv`` (default ``sys.argv[1:]``) into the dataclasses, the default ``recipe`` applying when no
+    ``--config`` is given (options on the command line override the recipe's)."""
+    parser = make_parser(dataclass_types, sections)
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        parser.parse_args(["--help"])  # exits with the help text, before the recipe is read
+    return parser.parse_args_and_config(args=with_default_recipe(argv, recipe))
+
+
+def model_init_kwargs(model_args) -> dict:
+    """``GRPOConfig.model_init_kwargs`` from TRL's ``ModelConfig`` (revision, attention implementation, dtype)."""
+    import torch
+
+    dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
+    return {"revision": model_args.model_revision, "attn_implementation": model_args.attn_implementation,
+            "dtype": dtype}
