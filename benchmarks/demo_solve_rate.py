@@ -12,7 +12,8 @@ What it does:
 2. Samples ``--k`` completions per problem from SmolLM2-135M-Instruct (the embedded policy, float32) with the demo
    recipes' settings: the chat template with the CHAMP system prompt, temperature 1.0, top-p 1, no top-k, at most
    ``--max-new-tokens`` new tokens (OGER demo: 256; the ASE demo's 128 are graded from the first 128 tokens of
-   the same samples, which is the same distribution). HF ``generate``, as TRL's transformers path does.
+   the same samples, which is the same distribution). HF ``generate`` through the package's sampling stack
+   (``trl_explore.sampling.TransformersGenerator``), as TRL's transformers path does.
 3. SAVES every completion (text and token ids) to ``<out>/completions.jsonl`` as soon as its batch is done, so a
    killed run resumes where it stopped, and the completions can be graded again later without generating
    (``--grade-only``), e.g. after the grader changes.
@@ -59,49 +60,51 @@ def pick_problems(num_problems: int, max_new_tokens: int, seed: int) -> list[dic
 
 
 def generate(problems: list[dict], args, out_file: pathlib.Path) -> None:
-    """Sample ``args.k`` completions per problem, appending one JSON line per completion (and one line of timing per
-    batch to ``generation_log.jsonl`` next to it); problems already in ``out_file`` are skipped."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Sample ``args.k`` completions per problem through the package's sampling stack (``trl_explore.sampling``),
+    appending one JSON line per completion (and one line of timing per batch to ``generation_log.jsonl`` next to it);
+    problems already in ``out_file`` are skipped.
 
+    Batches hold ``--problems-per-batch`` problems (``k`` rows each); the batch starting at problem ``i`` of the list
+    samples after ``torch.manual_seed(seed + i)``, so a resumed run gives the samples of an uninterrupted one."""
+    import torch
+
+    from trl_explore.data.generation import split_finished
     from trl_explore.defaults import default_policy_path
+    from trl_explore.sampling import SamplingPlan, TransformersGenerator, load_policy
 
     done = set()
     if out_file.is_file():
         done = {json.loads(line)["problem_id"] for line in out_file.read_text().splitlines() if line.strip()}
-    todo = [p for p in problems if p["problem_id"] not in done]
-    if not todo:
+    if all(p["problem_id"] in done for p in problems):
         return
     torch.set_num_threads(args.threads)
-    path = default_policy_path()
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    for first in range(0, len(todo), args.problems_per_batch):
-        batch = todo[first:first + args.problems_per_batch]
-        texts = [tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False)
-                 for p in batch for _ in range(args.k)]
-        inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        torch.manual_seed(args.seed + first)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(**inputs, do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0,
-                                 max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-        seconds = time.perf_counter() - t0
-        new = out[:, inputs["input_ids"].shape[1]:]
+    model, tokenizer = load_policy(default_policy_path(), dtype="float32", device="cpu")
+    generator = TransformersGenerator(model, tokenizer, batch_size=args.problems_per_batch * args.k,
+                                      show_progress=False)
+    plan = SamplingPlan(num_samples=args.k, temperature=args.temperature, top_p=1.0, top_k=0,
+                        max_new_tokens=args.max_new_tokens)
+    for first in range(0, len(problems), args.problems_per_batch):
+        batch = problems[first:first + args.problems_per_batch]
+        if all(p["problem_id"] in done for p in batch):
+            continue
+        generations = generator.generate([p["prompt"] for p in batch], plan, seed=args.seed + first)  # one batch
         with out_file.open("a") as f:
-            for i, ids in enumerate(new.tolist()):
-                problem = batch[i // args.k]
-                eos = ids.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in ids else None
-                ids = ids[:eos] if eos is not None else ids
-                f.write(json.dumps({"problem_id": problem["problem_id"], "sample": i % args.k,
-                                    "answer": problem["answer"], "finished": eos is not None,
-                                    "completion": tokenizer.decode(ids, skip_special_tokens=True),
-                                    "completion_ids": ids}) + "\n")
+            for i, problem in enumerate(batch):
+                if problem["problem_id"] in done:
+                    continue
+                for j, ids in enumerate(generations.token_ids[i]):
+                    ids, finished = split_finished(ids, {tokenizer.eos_token_id})
+                    f.write(json.dumps({"problem_id": problem["problem_id"], "sample": j,
+                                        "answer": problem["answer"], "finished": finished,
+                                        "completion": tokenizer.decode(ids, skip_special_tokens=True),
+                                        "completion_ids": ids}) + "\n")
+        completions = len(batch) * args.k
         with (out_file.parent / "generation_log.jsonl").open("a") as f:  # per batch, summed over resumed runs
-            f.write(json.dumps({"problems": len(batch), "completions": len(texts), "seconds": round(seconds, 1),
-                                "threads": args.threads, "load_average_1min": os.getloadavg()[0]}) + "\n")
-        print(f"[solve_rate] {first + len(batch)}/{len(todo)} problems, batch of {len(texts)} in {seconds:.0f} s",
-              flush=True)
+            f.write(json.dumps({"problems": len(batch), "completions": completions,
+                                "seconds": round(generations.seconds, 1), "threads": args.threads,
+                                "load_average_1min": os.getloadavg()[0]}) + "\n")
+        print(f"[solve_rate] {first + len(batch)}/{len(problems)} problems, batch of {completions} in "
+              f"{generations.seconds:.0f} s", flush=True)
 
 
 def grade(rows: list[dict], length: int) -> list[float | None]:

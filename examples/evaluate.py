@@ -123,9 +123,11 @@ def parse_files(items: list[str]) -> dict[str, str]:
 def main(args: EvalArguments) -> dict:
     import pandas as pd
 
-    from trl_explore.evaluation import runner, sweeps
+    from trl_explore.evaluation import results, runner, sweeps
     from trl_explore.evaluation.benchmarks import load_benchmark
     from trl_explore.evaluation.plots import plot_pass_at_k, plot_temperature_sweep
+    from trl_explore.evaluation.protocols import get_protocol
+    from trl_explore.sampling import make_generator
 
     start = time.perf_counter()
     model = resolve_model(args.model_name_or_path)
@@ -139,31 +141,33 @@ def main(args: EvalArguments) -> dict:
     partial_dir = out / "partial"  # finished batches; a killed run continues from them with --resume
     if partial_dir.exists() and not args.resume:
         shutil.rmtree(partial_dir)
-    generator = runner.make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
-                                      steering=steering, dtype=args.dtype, partial_dir=partial_dir)
+    generator = make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
+                               steering=steering, dtype=args.dtype, partial_dir=partial_dir)
     records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
                                        benchmark_files=files, limit=args.limit, seed=args.seed,
                                        grader_mode=args.grader_mode, **overrides)
     summary["model"] = model
-    baseline = runner.load_summary(args.baseline_dir) if args.baseline_dir else None
-    runner.save_run(out, records, summary, label=label, baseline=baseline)
+    baseline = results.load_summary(args.baseline_dir) if args.baseline_dir else None
+    results.save_run(out, records, summary, label=label, baseline=baseline)
     curves = {label: summary} if baseline is None else {f"{baseline['model']} (baseline)": baseline, label: summary}
     plot_pass_at_k(curves, out / "pass_at_k.png")
-    print((out / runner.RESULTS_MD).read_text())
+    print((out / results.RESULTS_MD).read_text())
 
-    protocol = runner.get_protocol(args.protocol)
+    protocol = get_protocol(args.protocol)
     datasets = None
     if args.temperatures or steering:
         datasets = {b: load_benchmark(b, files.get(b), limit=args.limit) for b in args.benchmarks}
     if args.temperatures:
-        sweep_records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures, k=args.sweep_k,
-                                            seed=args.seed, **overrides)
+        sweep_records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures,
+                                                        k=args.sweep_k, seed=args.seed, **overrides)
         (out / "temperature_sweep.json").write_text(json.dumps(sweep, indent=2))
         pd.DataFrame(sweep_records).to_parquet(out / "temperature_samples.parquet", index=False)
         plot_temperature_sweep({label: sweep}, out / "temperature_sweep.png")
         print(f"temperature sweep (average pass@{args.sweep_k}): "
               + ", ".join(f"T={t}: {100 * v:.2f}" for t, v in zip(sweep["temperatures"], sweep["average"])))
     if steering:
+        from trl_explore.ase import inference
+
         banks = {}
         if args.steering_bank:
             from trl_explore.ase.bank import SteeringVectorBank
@@ -174,17 +178,17 @@ def main(args: EvalArguments) -> dict:
             source, _, split = args.steering_build_from.partition(":")
             build_set = load_benchmark(source, files.get(source), limit=args.steering_build_limit,
                                        champ_split=split or "train")
-            built, _ = sweeps.build_steering_banks(
+            built, _ = inference.build_steering_banks(
                 generator, build_set, protocol.plan(source, **overrides), num_clusters=args.steering_num_clusters,
                 fractions=args.steering_fractions, layer=args.steering_layer, seed=args.seed,
             )  # fmt: skip
             banks.update(built)
-        steer_records, rows = sweeps.steering_sweep(generator, datasets, protocol, banks, args.steering_alphas,
-                                        layer=args.steering_layer, seed=args.seed, **overrides)
+        steer_records, rows = inference.steering_sweep(generator, datasets, protocol, banks, args.steering_alphas,
+                                                       layer=args.steering_layer, seed=args.seed, **overrides)
         (out / "steering_sweep.json").write_text(json.dumps(rows, indent=2))
         pd.DataFrame(steer_records).to_parquet(out / "steering_samples.parquet", index=False)
-        (out / "steering_sweep.md").write_text(sweeps.steering_table(rows) + "\n")
-        print(sweeps.steering_table(rows))
+        (out / "steering_sweep.md").write_text(inference.steering_table(rows) + "\n")
+        print(inference.steering_table(rows))
     shutil.rmtree(partial_dir, ignore_errors=True)  # everything is saved: the finished batches are no longer needed
     print(f"[evaluate] {model} on {', '.join(args.benchmarks)} in {time.perf_counter() - start:.1f} s "
           f"(generation {sum(b['generation_seconds'] for b in summary['benchmarks'].values()):.1f} s); wrote {out}")

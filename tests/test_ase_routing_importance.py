@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trl_explore.ase.importance import truncated_importance_weights
-from trl_explore.ase.routing import balanced_uniform_routes, pairwise_answer_disagreement, per_route_accuracy
+from trl_explore.ase.routing import balanced_uniform_routes, per_route_accuracy
 
 # ---------------------------------------------------------------------------------------------
 # balanced_uniform_routes
@@ -83,31 +83,6 @@ def test_per_route_accuracy_bad_inputs():
         per_route_accuracy(torch.ones(3), torch.tensor([0, 1]), 3)
     with pytest.raises(ValueError, match="NaN"):
         per_route_accuracy(torch.tensor([1.0, float("nan")]), torch.tensor([0, 1]), 3)
-
-
-# ---------------------------------------------------------------------------------------------
-# pairwise_answer_disagreement
-# ---------------------------------------------------------------------------------------------
-
-
-def test_pairwise_disagreement_hand_value_with_missing_answers():
-    answers = ["1", "1", "2", None] + ["a", "a", "a", "a"]
-    # prompt 1: pairs among "1","1","2" (None left out): 3 pairs, 2 differ; prompt 2: 6 pairs, none
-    assert pairwise_answer_disagreement(answers, num_generations=4) == pytest.approx(2 / 9)
-    assert pairwise_answer_disagreement(["x", "y", "z"], 3) == 1.0
-
-
-def test_pairwise_disagreement_without_countable_pairs_is_none():
-    assert pairwise_answer_disagreement([None, None, "3", None], 2) is None
-    assert pairwise_answer_disagreement(["1", "2"], 1) is None
-    assert pairwise_answer_disagreement([], 4) is None
-
-
-def test_pairwise_disagreement_bad_inputs():
-    with pytest.raises(ValueError, match="multiple of num_generations=4"):
-        pairwise_answer_disagreement(["1"] * 6, 4)
-    with pytest.raises(ValueError, match="num_generations"):
-        pairwise_answer_disagreement(["1"], 0)
 
 
 # ---------------------------------------------------------------------------------------------

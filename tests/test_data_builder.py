@@ -444,6 +444,54 @@ def test_generated_records_with_transformers(tiny_teacher):
     assert [(r.completions, r.truncated) for r in again] == [(r.completions, r.truncated) for r in records]
 
 
+def test_generated_records_sample_as_the_v0_1_teacher_loop(tiny_model, smollm2_tokenizer, tmp_path):
+    """generated_records (through trl_explore.sampling) gives the samples of the builder's own loop before the
+    sampling stack (written out here): one torch.manual_seed(seed) per teacher, batches of prompts with
+    num_return_sequences, text prompts tokenised without special tokens, top_k left at the generation config's, a
+    completion without EOS counted as truncated."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_explore.data.prompts import build_prompt, get_prompt_preset
+
+    tok = smollm2_tokenizer
+    model = tiny_model.eval()
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():  # make EOS likely (within the default top-50), so both outcomes occur
+        hidden = model.model(ids).last_hidden_state[0]
+        direction = hidden.mean(0) / hidden.mean(0).norm()
+        model.lm_head.weight[tok.eos_token_id] = 3.0 / (hidden @ direction).mean() * direction
+    model.save_pretrained(tmp_path / "teacher")
+    tok.save_pretrained(tmp_path / "teacher")
+    teacher = str(tmp_path / "teacher")
+    problems = [ProblemRecord(f"p{i}", f"What is {i} times {i}?", str(i * i)) for i in range(3)]
+    settings = dict(num_samples=2, max_new_tokens=8, temperature=1.0, top_p=0.95, batch_size=2, seed=0)
+    records = list(generated_records(problems, {"tiny": teacher}, backend="transformers", show_progress=False,
+                                     **settings))
+
+    prompts = [build_prompt(p.problem, get_prompt_preset("default")) for p in problems]
+    ref_tok = AutoTokenizer.from_pretrained(teacher, padding_side="left")
+    ref_model = AutoModelForCausalLM.from_pretrained(teacher).eval()
+    torch.manual_seed(settings["seed"])
+    samples = []
+    for start in range(0, len(prompts), settings["batch_size"]):
+        texts = [ref_tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                 for p in prompts[start : start + settings["batch_size"]]]
+        inputs = ref_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = ref_model.generate(**inputs, max_new_tokens=8, num_return_sequences=2, do_sample=True,
+                                     temperature=1.0, top_p=0.95, pad_token_id=ref_tok.pad_token_id)
+        new = out[:, inputs["input_ids"].shape[1] :].tolist()
+        samples += [split_finished(row, {ref_tok.eos_token_id}) for row in new]
+    for i, record in enumerate(records):
+        mine = samples[2 * i : 2 * i + 2]
+        kept = [("tiny", ref_tok.decode(ids, skip_special_tokens=True)) for ids, done in mine if done]
+        assert record.completions == kept
+        assert record.truncated.get("tiny", 0) == sum(not done for _, done in mine)
+    assert 0 < sum(r.truncated.get("tiny", 0) for r in records) < 6  # both outcomes were compared
+
+
 def test_generated_records_bad_backend():
     with pytest.raises(ValueError, match="backend must be 'auto', 'vllm' or 'transformers', got 'tgi'"):
         list(generated_records([ProblemRecord("p", "Q", "1")], ["m"], backend="tgi"))

@@ -12,10 +12,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 
 from trl_explore.evaluation import benchmarks as bm
-from trl_explore.evaluation import metrics, plots, runner, sweeps
+from trl_explore.evaluation import metrics, plots, protocols, results, runner, scoring, sweeps
+from trl_explore.sampling.hf import TransformersGenerator
+from trl_explore.sampling.plan import Generations
 
 DATA = pathlib.Path(__file__).parent / "data" / "eval"
 FIXTURES = {
@@ -124,8 +125,28 @@ def test_macro_average():
         metrics.macro_average({"a": float("nan")})
 
 
+def test_pairwise_disagreement_hand_value_with_missing_answers():
+    answers = ["1", "1", "2", None] + ["a", "a", "a", "a"]
+    # prompt 1: pairs among "1","1","2" (None left out): 3 pairs, 2 differ; prompt 2: 6 pairs, none
+    assert metrics.pairwise_answer_disagreement(answers, num_generations=4) == pytest.approx(2 / 9)
+    assert metrics.pairwise_answer_disagreement(["x", "y", "z"], 3) == 1.0
+
+
+def test_pairwise_disagreement_without_countable_pairs_is_none():
+    assert metrics.pairwise_answer_disagreement([None, None, "3", None], 2) is None
+    assert metrics.pairwise_answer_disagreement(["1", "2"], 1) is None
+    assert metrics.pairwise_answer_disagreement([], 4) is None
+
+
+def test_pairwise_disagreement_bad_inputs():
+    with pytest.raises(ValueError, match="multiple of num_generations=4"):
+        metrics.pairwise_answer_disagreement(["1"] * 6, 4)
+    with pytest.raises(ValueError, match="num_generations"):
+        metrics.pairwise_answer_disagreement(["1"], 0)
+
+
 # --------------------------------------------------------------------------------------------------
-# Registry and grading
+# Registry
 # --------------------------------------------------------------------------------------------------
 
 
@@ -191,7 +212,7 @@ def test_champ_uses_the_held_out_split_and_keeps_its_prompt(monkeypatch):
     data = bm.load_benchmark("champ")
     assert calls == [{}]  # the training job's default arguments: the same held-out split
     assert data[0]["problem_id"] == "P_7" and data[0]["prompt"] == prompt and data[0]["problem"] == "Compute 2+2."
-    assert runner.build_messages(data[0], runner.get_protocol("oger").plan("champ")) == prompt
+    assert protocols.build_messages(data[0], protocols.get_protocol("oger").plan("champ")) == prompt
 
 
 def test_bad_benchmark_input_gives_clear_errors(tmp_path):
@@ -218,54 +239,8 @@ def test_bad_benchmark_input_gives_clear_errors(tmp_path):
         bm.load_benchmark("aime2024", dup)
 
 
-@pytest.mark.parametrize(
-    "text, num_choices, expected",
-    [
-        (r"so the result is \boxed{C}", 4, "C"),
-        (r"\boxed{(B)}", 4, "B"),
-        (r"\boxed{\text{D}}", 4, "D"),
-        (r"\boxed{A. 12}", 4, "A"),
-        ("Thinking... The answer is (B).", 4, "B"),
-        ("Answer: C", 4, "C"),
-        ("final answer: **D**", 4, "D"),
-        ("The correct option is A, since ...", 4, "A"),
-        ("First I thought the answer is A. Actually the answer is C.", 4, "C"),
-        ("Reasoning here.\n(B)", 4, "B"),
-        ("Reasoning here.\nB.", 4, "B"),
-        ("the answer is a prime number", 4, None),  # lower-case article, not a letter
-        ("The answer is E.", 4, None),  # beyond the options
-        ("The answer is J", 10, "J"),  # MMLU-Pro has ten options
-        (r"\boxed{12}", 4, None),
-        ("I do not know.", 4, None),
-        ("", 4, None),
-    ],
-)
-def test_extract_choice_letter(text, num_choices, expected):
-    assert bm.extract_choice_letter(text, num_choices) == expected
-
-
-def test_extract_choice_letter_rejects_bad_option_count():
-    with pytest.raises(ValueError, match="num_choices"):
-        bm.extract_choice_letter("A", 1)
-
-
-def test_grade_completion_by_grading():
-    assert bm.grade_completion(r"... \boxed{\frac{10}{12}}", r"\frac{5}{6}", "math") == (r"\frac{10}{12}", True)
-    assert bm.grade_completion(r"... \boxed{7}", "4", "math") == ("7", False)
-    assert bm.grade_completion(r"so x = 4 \boxed{4}", "4", "math", grader_mode="boxed") == ("4", True)
-    assert bm.grade_completion("so x = 4", "4", "math", grader_mode="boxed") == (None, False)
-    assert bm.grade_completion("The answer is (B).", "B", "multiple_choice", 4) == ("B", True)
-    assert bm.grade_completion("The answer is (C).", "B", "multiple_choice", 4) == ("C", False)
-    assert bm.grade_completion("So the answer is False.", "False", "exact_match")[1] is True
-    assert bm.grade_completion("the answer is (A).", "(A)", "exact_match")[1] is True
-    assert bm.grade_completion(r"\boxed{A}", "(A)", "exact_match")[1] is True
-    assert bm.grade_completion("the answer is (B).", "(A)", "exact_match")[1] is False
-    with pytest.raises(ValueError, match="unknown grading"):
-        bm.grade_completion("x", "1", "fuzzy")
-
-
 # --------------------------------------------------------------------------------------------------
-# Runner
+# Protocols, scoring, runner, results
 # --------------------------------------------------------------------------------------------------
 
 
@@ -278,39 +253,39 @@ class ScriptedGenerator:
     def generate(self, prompts, plan, *, steering=None, seed=0, desc=""):
         assert len(prompts) == len(self.texts) and all(len(t) == plan.num_samples for t in self.texts)
         ids = [[list(range(len(t.split()))) for t in group] for group in self.texts]
-        return runner.Generations(self.texts, ids, [[] for _ in prompts], [[False] * len(g) for g in self.texts],
-                                  [[0] * len(g) for g in self.texts], 0.0)  # fmt: skip
+        return Generations(self.texts, ids, [[] for _ in prompts], [[False] * len(g) for g in self.texts],
+                           [[0] * len(g) for g in self.texts], 0.0)  # fmt: skip
 
 
 def test_protocols_give_the_papers_sampling_plans():
-    oger = runner.get_protocol("oger")
+    oger = protocols.get_protocol("oger")
     assert oger.plan("aime2024").num_samples == 32 and oger.plan("amc").num_samples == 32
     assert oger.plan("math500").num_samples == 1 and oger.plan("math500").temperature == 0.8
     assert oger.plan("math500").system_prompt.startswith("Your task is to follow a systematic")
     assert oger.plan("gpqa_diamond").system_prompt is None  # removed for OOD (App. B)
-    ase = runner.get_protocol("ase").plan("aime2025")
+    ase = protocols.get_protocol("ase").plan("aime2025")
     assert (ase.num_samples, ase.temperature, ase.top_p, ase.top_k, ase.max_new_tokens) == (8, 0.6, 0.95, 0, 4096)
-    demo = runner.get_protocol("demo").plan("champ", max_new_tokens=64, temperature=None)
+    demo = protocols.get_protocol("demo").plan("champ", max_new_tokens=64, temperature=None)
     assert (demo.num_samples, demo.temperature, demo.max_new_tokens) == (8, 0.8, 64)
     with pytest.raises(ValueError, match="unknown evaluation protocol"):
-        runner.get_protocol("paper")
+        protocols.get_protocol("paper")
     with pytest.raises(ValueError, match="use num_samples=1"):
-        runner.get_protocol("ase").plan("aime2024", temperature=0.0)
+        protocols.get_protocol("ase").plan("aime2024", temperature=0.0)
     with pytest.raises(ValueError, match="unknown sampling override"):
-        runner.get_protocol("ase").plan("aime2024", beams=4)
+        protocols.get_protocol("ase").plan("aime2024", beams=4)
 
 
 def test_build_messages():
     row = bm.load_benchmark("gpqa_diamond", DATA / FIXTURES["gpqa_diamond"])[0]
-    oger = runner.get_protocol("oger")
-    messages = runner.build_messages(row, oger.plan("gpqa_diamond"))
+    oger = protocols.get_protocol("oger")
+    messages = protocols.build_messages(row, oger.plan("gpqa_diamond"))
     assert [m["role"] for m in messages] == ["user"] and "letter of the correct option" in messages[0]["content"]
     math_row = bm.load_benchmark("math500", DATA / FIXTURES["math500"])[0]
-    messages = runner.build_messages(math_row, oger.plan("math500"))
+    messages = protocols.build_messages(math_row, oger.plan("math500"))
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[1]["content"].startswith("This is the problem: What is")
     own = {**math_row, "prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}
-    assert runner.build_messages(own, oger.plan("math500")) == own["prompt"]  # CHAMP keeps its prompt
+    assert protocols.build_messages(own, oger.plan("math500")) == own["prompt"]  # CHAMP keeps its prompt
 
 
 def test_grading_and_aggregation_on_scripted_completions(tmp_path):
@@ -319,7 +294,7 @@ def test_grading_and_aggregation_on_scripted_completions(tmp_path):
         [r"\boxed{\frac{5}{6}}", r"\boxed{0.5}", r"\boxed{5/6}", "I cannot solve it."],  # 2 of 4 correct
         [r"x = \boxed{3}", r"\boxed{3}", r"\boxed{5}", r"\boxed{3}"],  # 0 of 4
     ]
-    plan = runner.get_protocol("demo").plan("math500", num_samples=4)
+    plan = protocols.get_protocol("demo").plan("math500", num_samples=4)
     records, summary = runner.evaluate_dataset(ScriptedGenerator(texts), data, plan)
     assert [r["correct"] for r in records] == [True, False, True, False, False, False, False, False]
     assert [r["extracted_answer"] for r in records[4:]] == ["3", "3", "5", "3"]
@@ -333,7 +308,7 @@ def test_grading_and_aggregation_on_scripted_completions(tmp_path):
     assert [r["extracted_answer"] for r in records[:4]] == [r"\frac{5}{6}", r"\frac{1}{2}", r"\frac{5}{6}", None]
     assert summary["answer_disagreement"] == pytest.approx(5 / 9)
     with pytest.raises(ValueError, match="empty results"):
-        runner.summarize_benchmark([])
+        scoring.summarize_benchmark([])
 
 
 def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
@@ -366,34 +341,34 @@ def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
         assert summary["benchmarks"][name]["mean"] == pytest.approx(np.mean([np.mean(v) for v in per_problem.values()]))
     assert set(summary["averages"]) == {"math", "ood"}
 
-    out = runner.save_run(tmp_path / "run", records, summary, label="tiny")
+    out = results.save_run(tmp_path / "run", records, summary, label="tiny")
     import pandas as pd
 
-    assert len(pd.read_parquet(out / runner.SAMPLES_PARQUET)) == len(records)
-    lines = (out / runner.SAMPLES_JSONL).read_text().splitlines()
+    assert len(pd.read_parquet(out / results.SAMPLES_PARQUET)) == len(records)
+    lines = (out / results.SAMPLES_JSONL).read_text().splitlines()
     assert json.loads(lines[0]).keys() >= {"problem_id", "sample_index", "completion", "extracted_answer", "correct"}
-    assert runner.load_summary(out)["benchmarks"].keys() == {"math500", "arc_challenge"}
-    again = [r for r in runner.load_samples(out) if r["benchmark"] == "math500"]  # re-scored from the file
-    assert runner.summarize_benchmark(again)["mean"] == pytest.approx(summary["benchmarks"]["math500"]["mean"])
-    table = (out / runner.RESULTS_MD).read_text()
+    assert results.load_summary(out)["benchmarks"].keys() == {"math500", "arc_challenge"}
+    again = [r for r in results.load_samples(out) if r["benchmark"] == "math500"]  # re-scored from the file
+    assert scoring.summarize_benchmark(again)["mean"] == pytest.approx(summary["benchmarks"]["math500"]["mean"])
+    table = (out / results.RESULTS_MD).read_text()
     assert "| Model | MATH-500 | ARC-C | Math Avg. | OOD Avg. |" in table and "| tiny |" in table
 
 
 def test_empty_or_broken_results_files_give_clear_errors(tmp_path):
-    (tmp_path / runner.SAMPLES_JSONL).write_text("")
+    (tmp_path / results.SAMPLES_JSONL).write_text("")
     with pytest.raises(ValueError, match="has no per-sample records"):
-        runner.load_samples(tmp_path)
-    (tmp_path / runner.SAMPLES_JSONL).write_text('{"benchmark": "amc", "problem_id": "amc/0"}\n')
+        results.load_samples(tmp_path)
+    (tmp_path / results.SAMPLES_JSONL).write_text('{"benchmark": "amc", "problem_id": "amc/0"}\n')
     with pytest.raises(ValueError, match=r"record 0: missing field\(s\) \['sample_index', 'correct'\]"):
-        runner.load_samples(tmp_path)
-    (tmp_path / runner.SUMMARY_JSON).write_text("")
+        results.load_samples(tmp_path)
+    (tmp_path / results.SUMMARY_JSON).write_text("")
     with pytest.raises(ValueError, match="summary file is empty"):
-        runner.load_summary(tmp_path)
-    (tmp_path / runner.SUMMARY_JSON).write_text('{"benchmarks": {}}')
+        results.load_summary(tmp_path)
+    (tmp_path / results.SUMMARY_JSON).write_text('{"benchmarks": {}}')
     with pytest.raises(ValueError, match="no benchmark results"):
-        runner.load_summary(tmp_path)
+        results.load_summary(tmp_path)
     with pytest.raises(FileNotFoundError, match="no evaluation summary"):
-        runner.load_summary(tmp_path / "missing")
+        results.load_summary(tmp_path / "missing")
 
 
 def _summary(model, scores, layout="ase", n=8):
@@ -404,114 +379,39 @@ def _summary(model, scores, layout="ase", n=8):
                "pass_at_k": {"1": m, str(n): p}}
         for name, (m, p) in scores.items()
     }  # fmt: skip
-    return {"model": model, "layout": layout, "benchmarks": benchmarks, "averages": runner.domain_averages(benchmarks)}
+    return {"model": model, "layout": layout, "benchmarks": benchmarks, "averages": scoring.domain_averages(benchmarks)}
 
 
 def test_results_table_layouts_and_deltas():
     base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
     ours = _summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
-    table = runner.results_table({"GRPO": base, "OGER": ours}, baseline="GRPO")
+    table = results.results_table({"GRPO": base, "OGER": ours}, baseline="GRPO")
     lines = table.splitlines()
     assert lines[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math Avg. | OOD Avg. |"
     assert lines[2] == "| GRPO | 10.00 / 30.00 | 50.00 / 70.00 | 25.00 / 50.00 | 30.00 / 50.00 | 25.00 / 50.00 |"
     assert lines[3] == ("| OGER | 20.00 (+10.00) / 40.00 (+10.00) | 55.00 (+5.00) / 80.00 (+10.00) | "
                         "25.00 (+0.00) / 75.00 (+25.00) | 37.50 (+7.50) / 60.00 (+10.00) | "
                         "25.00 (+0.00) / 75.00 (+25.00) |")  # fmt: skip
-    oger = runner.results_table({"OGER": ours}, layout="oger").splitlines()
+    oger = results.results_table({"OGER": ours}, layout="oger").splitlines()
     assert oger[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math AVG | OOD |"
     assert oger[2] == "| OGER | 20.00 | 55.00 | 25.00 | 37.50 | 25.00 |"
     with pytest.raises(ValueError, match="baseline 'LUFFY' is not one of the runs"):
-        runner.results_table({"OGER": ours}, baseline="LUFFY")
+        results.results_table({"OGER": ours}, baseline="LUFFY")
 
 
-def test_killed_generation_resumes_from_its_finished_batches(smollm2_tokenizer, tmp_path, monkeypatch):
+def test_temperature_sweep_on_a_tiny_model(smollm2_tokenizer):
     from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
-    prompts = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
-    plan = runner.SamplingPlan(num_samples=2, temperature=1.0, max_new_tokens=5)
-
-    def generator(partial_dir=None):
-        return runner.TransformersGenerator(model, smollm2_tokenizer, batch_size=2, show_progress=False,
-                                            partial_dir=partial_dir)
-
-    reference = generator().generate(prompts, plan, seed=3, desc="bench")
-    calls = []
-    generate = model.generate
-
-    def killed_after_two_batches(*args, **kwargs):
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # the run is killed during its third batch
-        calls.append(1)
-        return generate(*args, **kwargs)
-
-    monkeypatch.setattr(model, "generate", killed_after_two_batches)
-    with pytest.raises(KeyboardInterrupt):
-        generator(tmp_path / "partial").generate(prompts, plan, seed=3, desc="bench")
-    (partial,) = (tmp_path / "partial").glob("bench-*.jsonl")
-    assert len(partial.read_text().splitlines()) == 4  # 2 finished batches of 2 rows were kept
-    monkeypatch.setattr(model, "generate", generate)
-    resumed_calls = []
-    monkeypatch.setattr(model, "generate", lambda *a, **k: resumed_calls.append(1) or generate(*a, **k))
-    resumed = generator(tmp_path / "partial").generate(prompts, plan, seed=3, desc="bench")
-    assert len(resumed_calls) == 1  # only the missing third batch
-    assert resumed.token_ids == reference.token_ids and resumed.texts == reference.texts
-    assert resumed.truncated == reference.truncated
-    # other work (another seed) never reads these batches
-    other = generator(tmp_path / "partial").generate(prompts, plan, seed=4, desc="bench")
-    assert len(resumed_calls) == 4 and len(list((tmp_path / "partial").glob("bench-*.jsonl"))) == 2
-    assert other.token_ids != reference.token_ids
-
-
-def test_temperature_and_steering_sweeps_on_a_tiny_model(smollm2_tokenizer):
-    from trl_explore.testing import make_tiny_causal_lm
-
-    from trl_explore.ase.bank import SteeringVectorBank
-
-    model = make_tiny_causal_lm(smollm2_tokenizer).eval()
-    generator = runner.TransformersGenerator(model, smollm2_tokenizer, batch_size=8, show_progress=False)
+    generator = TransformersGenerator(model, smollm2_tokenizer, batch_size=8, show_progress=False)
     datasets = {"aime2024": bm.load_benchmark("aime2024", DATA / FIXTURES["aime2024"], limit=1)}
-    protocol = runner.get_protocol("demo")
+    protocol = protocols.get_protocol("demo")
     records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, [0.5, 1.0], k=2, num_samples=2,
                                               max_new_tokens=3)  # fmt: skip
     assert sweep["temperatures"] == [0.5, 1.0] and len(sweep["average"]) == 2 and sweep["k"] == 2
     assert sorted({r["temperature"] for r in records}) == [0.5, 1.0]
     with pytest.raises(ValueError, match="temperatures must be > 0"):
         sweeps.temperature_sweep(generator, datasets, protocol, [0.0])
-
-    bank = SteeringVectorBank(hidden_size=64, num_vectors=3)
-    state = bank.state_dict()
-    state["active"] = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
-    bank.load_state_dict(state)
-    records, rows = sweeps.steering_sweep(generator, datasets, protocol, {(3, 0.25): bank}, [0.5, 4.0],
-                                          num_samples=8, max_new_tokens=3)  # fmt: skip
-    assert [(r["K"], r["f"], r["alpha"]) for r in rows] == [(None, None, 0.0), (3, 0.25, 0.5), (3, 0.25, 4.0)]
-    assert rows[0]["delta_mean"] == 0.0
-    steered = [r["route"] for r in records if r["alpha"] == 0.5]
-    assert steered == [0, 0, 1, 1, 2, 2, 3, 3]  # balanced-uniform routes, clean route included
-    assert all(r["route"] == 0 for r in records if r["alpha"] == 0.0)
-    assert "| clean | - | 0.00 |" in sweeps.steering_table(rows)
-
-
-def test_readouts_at_fractions_pick_the_response_relative_position(smollm2_tokenizer):
-    from trl_explore.testing import make_tiny_causal_lm
-
-    from trl_explore.ase.steering import ActivationSteeringGenerator, find_decoder_layers
-
-    model = make_tiny_causal_lm(smollm2_tokenizer).eval()
-    prompt = smollm2_tokenizer("Compute 1+1.")["input_ids"]
-    completion = [100, 200, 300, 400]
-    gens = runner.Generations([["x"]], [[completion]], [prompt], [[False]], [[0]])
-    steerer = ActivationSteeringGenerator(model, layer=0)
-    readouts = sweeps.readouts_at_fractions(steerer, gens, [0.0, 0.5], smollm2_tokenizer.pad_token_id)
-    captured = {}
-    handle = find_decoder_layers(model)[0].register_forward_hook(lambda m, a, o: captured.setdefault("h", o))
-    with torch.no_grad():
-        model(torch.tensor([prompt + completion]))
-    handle.remove()
-    hidden = captured["h"][0] if isinstance(captured["h"], tuple) else captured["h"]
-    assert torch.allclose(readouts[0.0][0], hidden[0, len(prompt) + 0], atol=1e-5)
-    assert torch.allclose(readouts[0.5][0], hidden[0, len(prompt) + 2], atol=1e-5)  # floor(0.5 * 4)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -593,7 +493,7 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
     train = _write_trainer_state(tmp_path / "train", _oger_history(1.0))
     evaluation = tmp_path / "eval"
     evaluation.mkdir()
-    (evaluation / runner.SUMMARY_JSON).write_text(json.dumps(base))
+    (evaluation / results.SUMMARY_JSON).write_text(json.dumps(base))
     (evaluation / "temperature_sweep.json").write_text(json.dumps(sweep))
     import importlib.util
 
@@ -641,8 +541,21 @@ def test_default_plot_dir_names_the_runs():
     assert plots.default_plot_dir(["x/a", "y/b"], labels=["w/o Reward", "OGER"]) == pathlib.Path("plots/w_o_Reward+OGER")
 
 
-def test_vllm_request_seeds_give_every_prompt_its_own_seeds():
-    assert runner.request_seeds(5, 3, 4) == [5, 9, 13]  # sample j of prompt p: 5 + 4 p + j, all distinct
-    assert runner.request_seeds(0, 0, 2) == []
-    with pytest.raises(ValueError, match="num_samples >= 1"):
-        runner.request_seeds(0, 2, 0)
+def test_evaluation_imports_no_method_package():
+    """Shared code: no module of trl_explore/evaluation imports trl_explore.ase or trl_explore.oger (every import
+    statement, function-level ones included, and the names its package loads lazily)."""
+    import ast
+
+    import trl_explore.evaluation
+    from trl_explore.evaluation import runner as runner_module
+
+    folder = pathlib.Path(trl_explore.evaluation.__file__).parent
+    methods = ("trl_explore.ase", "trl_explore.oger")
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith(methods) for n in names), f"{path.name}:{node.lineno} imports {names}"
+    lazy = {**trl_explore.evaluation._LAZY, **runner_module._MOVED}
+    assert not [m for m in lazy.values() if m.startswith(methods)]
+

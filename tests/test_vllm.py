@@ -216,7 +216,7 @@ def test_compiled_engine_without_slot_is_refused_eager_one_is_patched(tiny_path)
 
 
 def test_evaluation_seeds_each_prompt_so_duplicates_differ(tiny_path):
-    from trl_explore.evaluation.runner import SamplingPlan, VLLMGenerator
+    from trl_explore.sampling import SamplingPlan, VLLMGenerator
 
     generator = VLLMGenerator(tiny_path, max_model_len=256, enforce_eager=True, max_num_batched_tokens=4096,
                               distributed_executor_backend="external_launcher")

@@ -1,7 +1,8 @@
 """Route allocation and route-level diagnostics for ASE-GRPO.
 
-Source: ASE paper §3.1 (routes, balanced-uniform allocation, clean route) and Fig. 4
-(pairwise answer disagreement); SPEC §3.2, §3.8.
+Source: ASE paper §3.1 (routes, balanced-uniform allocation, clean route); SPEC §3.2, §3.8. The pairwise answer
+disagreement of Fig. 4 is a shared metric, :func:`trl_explore.evaluation.metrics.pairwise_answer_disagreement`
+(re-exported here).
 
 Routes are integers: 0 is the clean route (no steering), ``s in 1..K`` adds ``alpha * v_s`` (bank
 row ``s - 1``). Layout follows TRL: the ``num_generations`` rollouts of a prompt are consecutive
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 
 import torch
+
+# Moved to the shared metrics (evaluation uses it too); ase/component.py still imports it from here.
+from trl_explore.evaluation.metrics import pairwise_answer_disagreement  # noqa: F401
 
 
 def balanced_uniform_routes(
@@ -117,43 +120,6 @@ def per_route_accuracy(
     num_correct.index_add_(0, routes, correct)
     accuracy = num_correct / counts.clamp(min=1).to(torch.float32)
     return accuracy, counts
-
-
-def pairwise_answer_disagreement(
-    answers: Sequence[str | None], num_generations: int
-) -> float | None:
-    """Fraction of same-prompt answer pairs that differ (paper Fig. 4, "pairwise disagreement").
-
-    For each prompt (``num_generations`` consecutive entries) every unordered pair ``i < j`` of
-    completions is compared; answers are compared as exact strings, so normalise them first (e.g.
-    the extracted ``\\boxed{}`` content). A pair in which either answer is ``None`` (no answer could
-    be extracted) is left out: a missing answer says nothing about agreement, and counting it as a
-    disagreement would mix truncation into the exploration measure. The result pools all counted
-    pairs of all prompts (equal to the mean over prompts when no answer is ``None``).
-
-    Args:
-        answers: ``P * N`` extracted answers (or ``None``), prompt-major.
-        num_generations: N (>= 1).
-
-    Returns:
-        Disagreeing pairs / counted pairs, in [0, 1]; ``None`` if no pair could be counted
-        (N = 1, or too many ``None``).
-
-    Raises:
-        ValueError: ``num_generations < 1`` or ``len(answers)`` not a multiple of it.
-    """
-    if num_generations < 1:
-        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
-    if len(answers) % num_generations != 0:
-        raise ValueError(f"len(answers)={len(answers)} is not a multiple of num_generations={num_generations}")
-    counted = differing = 0
-    for start in range(0, len(answers), num_generations):
-        group = [a for a in answers[start : start + num_generations] if a is not None]
-        for i in range(len(group)):
-            for j in range(i + 1, len(group)):
-                counted += 1
-                differing += group[i] != group[j]
-    return differing / counted if counted else None
 
 
 def plan_routes(bank, options, num_rows: int, num_generations: int, world: int, rank: int, generator: torch.Generator):

@@ -3,21 +3,25 @@ trajectories across multiple teacher models").
 
 :func:`generated_records` prompts every teacher with every problem and yields
 :class:`~trl_explore.data.sources.ProblemRecord` s that the builder merges with the input records.
-Backend: vLLM when installed (``backend="auto"``), else transformers ``generate`` (batched, left
-padding). A generation that reaches ``max_new_tokens`` without an end-of-sequence token is counted
-as truncated (like CHAMP's ``LENGTH_CURRENT``), never kept.
+Sampling goes through the package's one sampling stack, :mod:`trl_explore.sampling`: vLLM when
+installed (``backend="auto"``), else transformers ``generate`` (batched, left padding). A generation
+that reaches ``max_new_tokens`` without an end-of-sequence token is counted as truncated (like
+CHAMP's ``LENGTH_CURRENT``), never kept.
+
+Seeding (unchanged since v0.1, ``seeding="once"`` of :mod:`trl_explore.sampling.seeds`): with
+transformers one ``torch.manual_seed(seed)`` per teacher before its first batch; with vLLM every
+request gets ``seed``. ``top_k`` is left at the backend's default (transformers: the teacher's
+``generation_config.top_k``, 50 unless its checkpoint sets one; vLLM: off).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from tqdm.auto import tqdm
-
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord
+from trl_explore.sampling.plan import SamplingPlan
 
 
 def teacher_names(teachers: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
@@ -52,79 +56,6 @@ def split_finished(token_ids: Sequence[int], eos_ids: set[int]) -> tuple[list[in
     return list(token_ids), False
 
 
-def hf_generate(
-    model_path: str,
-    prompts: Sequence[list[dict]],
-    num_samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    batch_size: int,
-    seed: int,
-    show_progress: bool = True,
-) -> list[list[tuple[str, bool]]]:
-    """Sample with transformers ``generate``.
-
-    Args:
-        model_path: a causal LM folder or Hub id whose tokenizer has a chat template.
-        prompts: conversational prompts.
-        num_samples: completions per prompt.
-        max_new_tokens: generation budget, tokens.
-        temperature: ``0`` for greedy decoding.
-        batch_size: prompts per ``generate`` call.
-
-    Returns:
-        Per prompt, ``num_samples`` pairs ``(text, finished)``.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
-    sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)
-    torch.manual_seed(seed)
-    out = []
-    for start in tqdm(range(0, len(prompts), batch_size), desc=f"Generating ({model_path})", disable=not show_progress):
-        batch = prompts[start : start + batch_size]
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in batch]
-        inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            generated = model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=num_samples,
-                pad_token_id=tokenizer.pad_token_id,
-                **sampling,
-            )
-        new = generated[:, inputs["input_ids"].shape[1] :].tolist()
-        for i in range(len(texts)):
-            pairs = [split_finished(ids, eos_ids) for ids in new[i * num_samples : (i + 1) * num_samples]]
-            out.append([(tokenizer.decode(ids, skip_special_tokens=True), done) for ids, done in pairs])
-    return out
-
-
-def vllm_generate(
-    model_path: str,
-    prompts: Sequence[list[dict]],
-    num_samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    seed: int,
-) -> list[list[tuple[str, bool]]]:
-    """Sample with vLLM's ``LLM.chat`` (same arguments and return value as :func:`hf_generate`)."""
-    from vllm import LLM, SamplingParams
-
-    llm = LLM(model=model_path, seed=seed)
-    params = SamplingParams(n=num_samples, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-    outputs = llm.chat(list(prompts), params)
-    return [[(c.text, c.finish_reason != "length") for c in o.outputs] for o in outputs]
-
-
 def generated_records(
     problems: Iterable[ProblemRecord],
     teachers: Sequence[str] | Mapping[str, str],
@@ -155,30 +86,35 @@ def generated_records(
         seed: sampling seed.
 
     Raises:
-        ValueError: no teacher, a bad ``backend``, or ``num_samples < 1``.
+        ValueError: no teacher, a bad ``backend``, ``num_samples < 1``, or a sampling setting out of range
+            (:class:`~trl_explore.sampling.plan.SamplingPlan`; greedy decoding needs ``num_samples=1``).
     """
+    from trl_explore.sampling.backends import make_generator
+    from trl_explore.sampling.vllm import vllm_available
+
     named = teacher_names(teachers)
     if backend == "auto":
-        backend = "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
+        backend = "vllm" if vllm_available() else "transformers"
     if backend not in ("vllm", "transformers"):
         raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}.")
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=None,
+                        max_new_tokens=max_new_tokens)
     preset = system_prompt if isinstance(system_prompt, PromptPreset) else get_prompt_preset(system_prompt)
     problems = list(problems)
     prompts = [build_prompt(p.problem, preset, where=f"problem {p.problem_id!r}") for p in problems]
     records = [ProblemRecord(p.problem_id, p.problem, p.answer) for p in problems]
     for name, path in named.items():
-        if backend == "vllm":
-            samples = vllm_generate(path, prompts, num_samples, max_new_tokens, temperature, top_p, seed)
-        else:
-            samples = hf_generate(
-                path, prompts, num_samples, max_new_tokens, temperature, top_p, batch_size, seed, show_progress
-            )
-        for record, outputs in zip(records, samples):
-            for text, finished in outputs:
-                if finished:
+        # batch_size counts prompts here, rows (prompt, sample) in the sampling stack; dtype "auto": the teacher's own
+        generator = make_generator(path, backend=backend, batch_size=batch_size * num_samples, seed=seed,
+                                   show_progress=show_progress, dtype="auto")
+        samples = generator.generate(prompts, plan, seed=seed, seeding="once", desc=f"Generating ({name})")
+        for record, texts, truncated in zip(records, samples.texts, samples.truncated):
+            for text, is_truncated in zip(texts, truncated):
+                if not is_truncated:  # ended on EOS
                     record.completions.append((name, text))
                 else:
                     record.truncated[name] = record.truncated.get(name, 0) + 1
+        del generator  # one teacher in memory at a time
     yield from records

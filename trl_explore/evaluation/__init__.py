@@ -1,91 +1,71 @@
-"""Evaluation of trained policies in the papers' protocols: metrics, benchmarks, runner, plots.
+"""Evaluation of trained policies in the papers' protocols: metrics, benchmarks, protocols, scoring, runs, plots.
 
-* :mod:`~trl_explore.evaluation.metrics`: mean@k, unbiased pass@k, macro averages (pure functions).
-* :mod:`~trl_explore.evaluation.benchmarks`: the registry of the papers' benchmarks (Hub or local
-  file), multiple-choice and exact-match grading.
-* :mod:`~trl_explore.evaluation.runner`: protocols (OGER App. A.2, ASE Tables 1-3, a CPU demo),
-  generation with vLLM or transformers, grading, per-sample files, tables.
-* :mod:`~trl_explore.evaluation.sweeps`: temperature sweep (OGER App. E) and inference-time steering
-  sweep over ``(K, f, alpha)`` (ASE Table 3, App. D).
+* :mod:`~trl_explore.evaluation.metrics`: mean@k, unbiased pass@k, macro averages, pairwise answer disagreement
+  (pure functions).
+* :mod:`~trl_explore.evaluation.benchmarks`: the registry of the papers' benchmarks (Hub or local file). Their
+  grading (multiple choice, exact match, maths) is :mod:`trl_explore.rewards.benchmark_grading`.
+* :mod:`~trl_explore.evaluation.protocols`: protocols (OGER App. A.2, ASE Tables 1-3, a CPU demo) and prompts.
+* :mod:`~trl_explore.evaluation.scoring`: gold checks, grading of every sample, per-benchmark aggregates.
+* :mod:`~trl_explore.evaluation.runner`: :func:`evaluate_dataset` (one benchmark) and :func:`evaluate` (several);
+  the completions come from the sampling stack, :mod:`trl_explore.sampling`.
+* :mod:`~trl_explore.evaluation.results`: per-sample files, summaries and tables.
+* :mod:`~trl_explore.evaluation.sweeps`: temperature sweep (OGER App. E). ASE's inference-time steering sweep over
+  ``(K, f, alpha)`` (ASE Table 3, App. D) is :mod:`trl_explore.ase.inference`.
 * :mod:`~trl_explore.evaluation.plots`: training dynamics (OGER Fig. 2/5, ASE Fig. 4/5), pass@k and
   temperature curves (OGER Fig. 3/6, ASE Fig. 3).
 
 Command line: ``python examples/evaluate.py`` and ``python examples/plot.py RUN_DIR [RUN_DIR ...]``.
-Importing this package loads neither torch nor transformers.
+Names are loaded on first access: importing this package loads neither torch nor transformers.
 """
 
-from trl_explore.evaluation.benchmarks import (
-    BENCHMARKS,
-    BenchmarkSpec,
-    benchmark_spec,
-    extract_choice_letter,
-    grade_completion,
-    load_benchmark,
-)
-from trl_explore.evaluation.metrics import (
-    benchmark_pass_at_k,
-    default_ks,
-    macro_average,
-    mean_at_k,
-    pass_at_k,
-    pass_at_k_curve,
-)
-from trl_explore.evaluation.plots import (
-    ASE_PANELS,
-    OGER_PANELS,
-    load_log_history,
-    plot_pass_at_k,
-    plot_runs,
-    plot_temperature_sweep,
-    plot_training_dynamics,
-)
-from trl_explore.evaluation.runner import (
-    PROTOCOLS,
-    EvalProtocol,
-    SamplingPlan,
-    TransformersGenerator,
-    evaluate,
-    get_protocol,
-    load_samples,
-    load_summary,
-    make_generator,
-    results_table,
-    save_run,
-)
-from trl_explore.evaluation.sweeps import build_steering_banks, steering_sweep, temperature_sweep
+import importlib
 
-__all__ = [
-    "ASE_PANELS",
-    "BENCHMARKS",
-    "OGER_PANELS",
-    "PROTOCOLS",
-    "BenchmarkSpec",
-    "EvalProtocol",
-    "SamplingPlan",
-    "TransformersGenerator",
-    "benchmark_pass_at_k",
-    "benchmark_spec",
-    "build_steering_banks",
-    "default_ks",
-    "evaluate",
-    "extract_choice_letter",
-    "get_protocol",
-    "grade_completion",
-    "load_benchmark",
-    "load_log_history",
-    "load_samples",
-    "load_summary",
-    "make_generator",
-    "macro_average",
-    "mean_at_k",
-    "pass_at_k",
-    "pass_at_k_curve",
-    "plot_pass_at_k",
-    "plot_runs",
-    "plot_temperature_sweep",
-    "plot_training_dynamics",
-    "results_table",
-    "save_run",
-    "steering_sweep",
-    "temperature_sweep",
-]
+_LAZY = {
+    "ASE_PANELS": "trl_explore.evaluation.plots",
+    "BENCHMARKS": "trl_explore.evaluation.benchmarks",
+    "BenchmarkSpec": "trl_explore.evaluation.benchmarks",
+    "EvalProtocol": "trl_explore.evaluation.protocols",
+    "OGER_PANELS": "trl_explore.evaluation.plots",
+    "PROTOCOLS": "trl_explore.evaluation.protocols",
+    "SamplingPlan": "trl_explore.sampling.plan",
+    "TransformersGenerator": "trl_explore.sampling.hf",
+    "benchmark_pass_at_k": "trl_explore.evaluation.metrics",
+    "benchmark_spec": "trl_explore.evaluation.benchmarks",
+    "build_messages": "trl_explore.evaluation.protocols",
+    "default_ks": "trl_explore.evaluation.metrics",
+    "domain_averages": "trl_explore.evaluation.scoring",
+    "evaluate": "trl_explore.evaluation.runner",
+    "evaluate_dataset": "trl_explore.evaluation.runner",
+    "extract_choice_letter": "trl_explore.rewards.benchmark_grading",
+    "get_protocol": "trl_explore.evaluation.protocols",
+    "grade_completion": "trl_explore.rewards.benchmark_grading",
+    "load_benchmark": "trl_explore.evaluation.benchmarks",
+    "load_log_history": "trl_explore.evaluation.plots",
+    "load_samples": "trl_explore.evaluation.results",
+    "load_summary": "trl_explore.evaluation.results",
+    "macro_average": "trl_explore.evaluation.metrics",
+    "make_generator": "trl_explore.sampling.backends",
+    "mean_at_k": "trl_explore.evaluation.metrics",
+    "pairwise_answer_disagreement": "trl_explore.evaluation.metrics",
+    "pass_at_k": "trl_explore.evaluation.metrics",
+    "pass_at_k_curve": "trl_explore.evaluation.metrics",
+    "plot_pass_at_k": "trl_explore.evaluation.plots",
+    "plot_runs": "trl_explore.evaluation.plots",
+    "plot_temperature_sweep": "trl_explore.evaluation.plots",
+    "plot_training_dynamics": "trl_explore.evaluation.plots",
+    "results_table": "trl_explore.evaluation.results",
+    "save_run": "trl_explore.evaluation.results",
+    "summarize_benchmark": "trl_explore.evaluation.scoring",
+    "temperature_sweep": "trl_explore.evaluation.sweeps",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trl_explore.evaluation' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

