@@ -20,6 +20,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from trl_explore.ase.bank import SteeringVectorBank, applied_strength, bank_metrics
+from trl_explore.ase.card import ASE_CARD
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs
 from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
@@ -38,6 +39,8 @@ BANK_DIR = "steering_bank"
 class ASEComponent(Component):
     """ASE-GRPO's part. ``bank``: a ``SteeringVectorBank`` to start from (default: empty, from the config);
     ``include_offline_in_bank``: with OGER's hybrid groups, let the offline rows form contrast pairs."""
+
+    card = ASE_CARD  # the model card's entry (trl_explore.hub)
 
     def __init__(self, bank: SteeringVectorBank | None = None, include_offline_in_bank: bool = False):
         self.bank, self.include_offline_in_bank = bank, include_offline_in_bank

@@ -20,6 +20,7 @@ from trl_explore.components import Component, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger import fields
+from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
@@ -48,6 +49,8 @@ class OGERGeneration:
 
 class OGERComponent(Component):
     """OGER's part (module docstring). ``encoder``: a ``TrajectoryEncoder`` (default: from ``args.embedding_model``)."""
+
+    card = OGER_CARD  # the model card's entry (trl_explore.hub)
 
     reward_field_names = fields.REWARD_FIELDS
 
