@@ -68,8 +68,8 @@ def test_empty_filter_names_the_rates_it_saw(tmp_path):
     assert "3 of the dataset's 3 problems have a measured rate: min 0, median 0.25, max 1" in message
     assert "--min_pass_rate" in message and "--pass_rates_file" in message
     other = Dataset.from_list([{"problem_id": p} for p in ("x", "y")])
-    with pytest.raises(difficulty.EmptyFilterError, match=r"none of the dataset's 2 problem ids \(e.g. 'x', 'y'\) has a "
-                       r"rate in the file, which has 3 \(e.g. 'a', 'b', 'c'\)"):
+    with pytest.raises(difficulty.EmptyFilterError, match=r"none of the dataset's 2 problem ids \(e.g. 'x', 'y'\) "
+                       r"has a rate in the file, which has 3 \(e.g. 'a', 'b', 'c'\)"):
         difficulty.filter_by_pass_rate(other, 0.0, rates_file=path)
     # the shipped rates of the embedded policy at 128 tokens are all 0: the README's min_rate=0.25 keeps nothing
     champ = Dataset.from_list([{"problem_id": p} for p in difficulty.load_pass_rates(max_new_tokens=128)])
@@ -84,8 +84,8 @@ def _write(tmp_path, record, name="r.json"):
 
 
 def test_rates_file_format_is_validated_with_the_file_and_key_named(tmp_path):
-    minimal = {"rates": {"64": {"a": 0.5, "b": {"rate": 0.0}, "c": {"rate": None}, "d": {"samples": 2, "correct": 1,
-                                                                                            "rate": 0.5}}}}  # fmt: skip
+    entries = {"a": 0.5, "b": {"rate": 0.0}, "c": {"rate": None}, "d": {"samples": 2, "correct": 1, "rate": 0.5}}
+    minimal = {"rates": {"64": entries}}
     assert difficulty.load_pass_rates(_write(tmp_path, minimal)) == {"a": 0.5, "b": 0.0, "d": 0.5}  # one budget
     bad = [
         ("{not json", "is not valid JSON"),
@@ -97,7 +97,8 @@ def test_rates_file_format_is_validated_with_the_file_and_key_named(tmp_path):
         ({"rates": {"64": {"a": {"correct": 1}}}}, r"rates\['64'\]\['a'\] has no 'rate'"),
         ({"rates": {"64": {"a": [0.5]}}}, r"rates\['64'\]\['a'\] = \[0.5\]: expected a rate"),
         ({"rates": {"64": {"a": {"samples": 4, "correct": 5, "rate": 1.0}}}}, r"samples=4, correct=5"),
-        ({"rates": {"64": {"a": {"samples": 4, "correct": 1, "rate": 0.5}}}}, r"\['rate'\] = 0.5 but correct / samples = 1/4"),
+        ({"rates": {"64": {"a": {"samples": 4, "correct": 1, "rate": 0.5}}}},
+         r"\['rate'\] = 0.5 but correct / samples = 1/4"),
         ({"rates": {"64": {}, "128": {}}}, r"grades budgets \['64', '128'\] tokens and names no 'max_new_tokens'"),
     ]  # fmt: skip
     for i, (record, message) in enumerate(bad):

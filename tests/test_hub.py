@@ -245,7 +245,7 @@ def test_push_to_hub_with_the_upload_patched(tmp_path, smollm2_tokenizer, monkey
     assert repo == "me/ase-test"
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert ASE_TITLE in card and "@misc{ase_grpo" in card  # the ASE citation
-    assert 'model="me/ase-test"' in card and "- Steps: 1 optimizer steps of 1, on 1 process." in card
+    assert 'model="me/ase-test"' in card and "- Steps: 1 optimizer step of 1, on 1 process." in card
     assert {"model.safetensors", "config.json", "README.md", "steering_bank"} <= set(files)
 
 

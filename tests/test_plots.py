@@ -107,7 +107,8 @@ def test_methods_are_overlaid_on_their_shared_metrics(tmp_path):
     # the OGER figure: OGER runs with the GRPO baseline; the ASE figure: ASE runs with it
     oger = {k: plots.load_log_history(runs[k]) for k in ("oger", "both", "grpo")}
     fig = plots.plot_training_dynamics(oger, plots.OGER_PANELS)
-    assert len(_axes(fig)["Failed-response ratio"].get_lines()) == 2 and len(_axes(fig)["Policy entropy"].get_lines()) == 3
+    axes = _axes(fig)
+    assert len(axes["Failed-response ratio"].get_lines()) == 2 and len(axes["Policy entropy"].get_lines()) == 3
 
 
 def test_empty_panels_say_why_and_bank_panels_stay(tmp_path):

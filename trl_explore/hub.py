@@ -323,7 +323,8 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
     rewards = ", ".join(f"`{n}`" + (f" (weight {w})" if w else "")
                         for n, w in zip(getattr(trainer, "reward_func_names", []), weights + [""] * 99))
     state, processes = trainer.state, trainer.accelerator.num_processes
-    steps = (f"{state.global_step} optimizer steps of {state.max_steps}" if state.global_step
+    steps = (f"{state.global_step} optimizer step{'s' if state.global_step > 1 else ''} of {state.max_steps}"
+             if state.global_step
              else "none yet (this card was written before training)")
     lines += ["", "## Training procedure", "",
               f"- Steps: {steps}, on {processes} process{'es' if processes > 1 else ''}.",
