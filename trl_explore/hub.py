@@ -318,10 +318,11 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
         lines.append(f"- Built on GRPO, as implemented by TRL's `GRPOTrainer`: {grpo.paper_link()}.")
     lines += ["", "## Base model", "", base_text, "", "## Training data", ""]
     lines += [f"- {text}" for text, _ in data]
-    weights = getattr(trainer, "reward_weights", None)
-    weights = [f"{float(w):.4g}" for w in weights] if weights is not None else []
-    rewards = ", ".join(f"`{n}`" + (f" (weight {w})" if w else "")
-                        for n, w in zip(getattr(trainer, "reward_func_names", []), weights + [""] * 99))
+    names = list(getattr(trainer, "reward_func_names", []))
+    weights = getattr(trainer, "reward_weights", None)  # a tensor in TRL
+    weights = [] if weights is None else [float(w) for w in weights]
+    rewards = ", ".join(f"`{n}` (weight {weights[i]:.4g})" if i < len(weights) else f"`{n}`"
+                        for i, n in enumerate(names))
     state, processes = trainer.state, trainer.accelerator.num_processes
     steps = (f"{state.global_step} optimizer step{'s' if state.global_step > 1 else ''} of {state.max_steps}"
              if state.global_step
