@@ -117,11 +117,13 @@ def test_empty_panels_say_why_and_bank_panels_stay(tmp_path):
     fig = plots.plot_training_dynamics(no_bank, plots.ASE_PANELS, tmp_path / "ase_no_bank.png")
     axes = _axes(fig)
     assert list(axes) == [p.title for p in plots.ASE_PANELS]  # every panel drawn, the bank ones too
-    for title in ("Cluster shares", "Vector geometry", "Contrast pairs", "Steering vector norm"):
+    for title in ("Cluster shares", "Vector geometry", "Steering vector norm"):
         assert not axes[title].get_lines(), title
         note = _note(axes[title])
-        assert note.startswith("no ase/") and "in this run" in note and "bank updates" in note, note
+        assert note.startswith("no ase/") and "in this run" in note and "bank updates only" in note, note
+        assert "ase/skipped_updates" in note
     assert "no ase/cluster_share_*" in _note(axes["Cluster shares"])
+    assert "no ase/num_pairs, ase/skipped_updates" in _note(axes["Contrast pairs"])
     accuracy = axes["Per-route accuracy"]
     assert len(accuracy.get_lines()) == 3 and accuracy.get_ylim() == pytest.approx((-0.03, 1.03))  # all 0: still 0-1
     assert list(accuracy.get_yticks()) == [0.0, 0.25, 0.5, 0.75, 1.0]

@@ -77,7 +77,8 @@ class Panel:
 FRACTION = (0.0, 1.0)
 
 _EVAL = "logged only with eval_strategy != 'no' and an eval_dataset"
-_BANK = "logged at bank updates only, which need problems with both right and wrong rollouts (contrast pairs)"
+_BANK = ("logged at bank updates only; an update needs K x min_pairs_per_cluster contrast pairs (problems with both "
+         "right and wrong rollouts), else it is skipped: see ase/num_pairs, ase/skipped_updates")
 
 SHARED_PANELS = (
     Panel("Training reward", "mean total reward", ("reward",)),
@@ -109,7 +110,8 @@ ASE_PANELS = (
           group_label="cluster {}", source="ASE Fig. 5", ylim=FRACTION, when=_BANK),
     Panel("Vector geometry", "cosine", ("ase/temporal_alignment", "ase/inter_cluster_alignment"), source="ASE Fig. 5",
           when=_BANK),
-    Panel("Contrast pairs", "pairs per bank update", ("ase/num_pairs",), source="ASE §3.2", when=_BANK),
+    Panel("Contrast pairs", "pairs / skipped updates (running count)", ("ase/num_pairs", "ase/skipped_updates"),
+          source="ASE §3.2", when="logged at every step that tries a bank update"),
     Panel("Steering vector norm", "mean norm", ("ase/vector_norm",), source="ASE §3.2", when=_BANK),
     Panel("Answer disagreement", "pairwise disagreement", ("ase/answer_disagreement",), source="ASE Fig. 4",
           ylim=FRACTION),
