@@ -3,21 +3,21 @@
 Examples::
 
     # CHAMP (embedded, offline): GPT-3.5, GPT-4, GPT-4 Turbo and PaLM 2 Medium as teachers (~5 min)
-    python examples/build_offline_dataset.py --output_dir data/champ_offline
+    python examples/build_offline_dataset.py --output_dir outputs/champ_offline
 
     # only CHAMP's zero-shot conversations, the paper's system prompt (Table 6), 4k tokens at most
-    python examples/build_offline_dataset.py --output_dir data/champ0 --champ_settings 0-Shot \\
+    python examples/build_offline_dataset.py --output_dir outputs/champ0 --champ_settings 0-Shot \\
         --system_prompt oger --max_length 4096
 
     # a LUFFY-format data set saved with `save_to_disk` / a JSON(L) or Parquet file
-    python examples/build_offline_dataset.py --source luffy --data_files openr1.parquet --output_dir data/luffy
+    python examples/build_offline_dataset.py --source luffy --data_files openr1.parquet --output_dir outputs/luffy
 
     # one column per teacher
     python examples/build_offline_dataset.py --source columns --data_files sols.jsonl \\
-        --teacher_columns r1 qwen3 glm --output_dir data/multi
+        --teacher_columns r1 qwen3 glm --output_dir outputs/multi
 
     # add completions sampled from teacher models to any source
-    python examples/build_offline_dataset.py --generate_with Qwen/Qwen3-32B --num_samples 1 --output_dir data/gen
+    python examples/build_offline_dataset.py --generate_with Qwen/Qwen3-32B --num_samples 1 --output_dir outputs/gen
 
 Writes ``output_dir`` (``DatasetDict.save_to_disk``: splits ``train`` and ``test``) together with
 ``offline_stats.md``, ``offline_stats.json`` and ``offline_lengths.png``.
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from trl import TrlParser
 
 from trl_explore.data import (
+    DEFAULT_OUTPUT_DIR,
     OfflineDatasetBuilder,
     champ_records,
     generated_records,
@@ -43,7 +44,7 @@ class ScriptArguments:
     """Arguments of ``build_offline_dataset.py``.
 
     Parameters:
-        output_dir (`str`, default ``"offline_dataset"``): where to save the data set and the statistics.
+        output_dir (`str`, default ``"outputs/offline_dataset"``): where to save the data set and the statistics.
         source (`str`, default ``"champ"``): ``"champ"``, ``"luffy"`` or ``"columns"``.
         data_files (`list[str]`, optional): input files (JSON, JSONL, Parquet, CSV) or one
             ``save_to_disk`` folder, for ``luffy``/``columns``.
@@ -65,7 +66,7 @@ class ScriptArguments:
     """
 
     output_dir: str = field(
-        default="offline_dataset", metadata={"help": "Where to save the data set (save_to_disk) and statistics."}
+        default=DEFAULT_OUTPUT_DIR, metadata={"help": "Where to save the data set (save_to_disk) and statistics."}
     )
     source: str = field(default="champ", metadata={"help": "Input format.", "choices": ["champ", "luffy", "columns"]})
     data_files: list[str] | None = field(default=None, metadata={"help": "Input files or a save_to_disk folder."})

@@ -1,11 +1,13 @@
 """Draw the papers' figures for one or more runs, overlaid.
 
     python examples/plot.py                                   # the main job: outputs/oger-smollm2-champ
-    python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO   # -> plots/OGER+GRPO/
+    python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO   # -> outputs/plots/OGER+GRPO/
 
 A RUN_DIR is a training output folder (its `trainer_state.json`, or the latest checkpoint's) and/or an
-evaluation folder of `examples/evaluate.py` (`summary.json`, `temperature_sweep.json`). Writes, when the
-data exist: `training_dynamics_oger.png` (OGER Fig. 2 and 5: policy entropy, failed-response ratio, OGER
+evaluation folder of `examples/evaluate.py` (`summary.json`, `temperature_sweep.json`); a training folder and
+its evaluation folder (`outputs/x`, `outputs/eval/x`) are one run, labelled by its name. Writes, when the data
+exist: `training_dynamics.png` (every run on the metrics all methods log: GRPO, OGER, ASE-GRPO, both),
+`training_dynamics_oger.png` (OGER Fig. 2 and 5: policy entropy, failed-response ratio, OGER
 reward mean and max, ...), `training_dynamics_ase.png` (ASE Fig. 4-5: cluster shares, temporal and
 inter-cluster alignment, answer disagreement, ...), `pass_at_k.png` (OGER Fig. 3, ASE Fig. 3) and
 `temperature_sweep.png` (OGER Fig. 6).
@@ -32,8 +34,8 @@ class PlotArguments:
     labels: list[str] = field(default_factory=list, metadata={"help": "Legend label per run (default: folder names)."})
     output_dir: str | None = field(
         default=None,
-        metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots for one run, ./plots/<label>+<label>+... "
-                  "for several)."},
+        metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots for one run, "
+                  "outputs/plots/<label>+<label>+... for several)."},
     )
     smooth: int = field(default=1, metadata={"help": "Rolling-mean window over training steps (1: raw)."})
 

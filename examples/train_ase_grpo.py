@@ -24,6 +24,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.data.difficulty import PassRateFilterArguments
+from trl_explore.hub import check_hub_access
 from trl_explore.reporting import finish_run, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "ase_grpo_smollm2_champ_cpu.yaml"
@@ -146,6 +147,7 @@ def measure_rollout_overhead(trainer: ASEGRPOTrainer, dataset, repeats: int = 3)
 
 def main(script_args: ScriptArguments, training_args: ASEConfig, model_args: ModelConfig) -> ASEGRPOTrainer:
     start = time.perf_counter()
+    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
     if not script_args.completion_panel:
         silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"

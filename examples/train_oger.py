@@ -19,6 +19,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.data.difficulty import PassRateFilterArguments
+from trl_explore.hub import check_hub_access
 from trl_explore.reporting import finish_run, silence_trl_completion_panel
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_champ_cpu.yaml"
@@ -75,6 +76,7 @@ def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
 
 def main(script_args: ScriptArguments, training_args: OGERConfig, model_args: ModelConfig) -> OGERTrainer:
     start = time.perf_counter()
+    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
     if not script_args.completion_panel:
         silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"

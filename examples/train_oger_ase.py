@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_oger import ScriptArguments, load_train_dataset  # noqa: E402
 
 from trl_explore import OGERASEConfig, OGERASETrainer  # noqa: E402
+from trl_explore.hub import check_hub_access  # noqa: E402
 from trl_explore.reporting import finish_run, silence_trl_completion_panel  # noqa: E402
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smollm2_champ_cpu.yaml"
@@ -30,6 +31,7 @@ DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smo
 
 def main(script_args: ScriptArguments, training_args: OGERASEConfig, model_args: ModelConfig) -> OGERASETrainer:
     start = time.perf_counter()
+    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
     if not script_args.completion_panel:
         silence_trl_completion_panel()
     model_name = model_args.model_name_or_path or "embedded"

@@ -686,3 +686,19 @@ def test_champ_all_settings_table(tmp_path):
     assert table == CHAMP_ALL_TABLE
     assert sum(judged + dup + cut + unjudged for _, judged, _, _, dup, cut, unjudged in table.values()) == 270 * 72
     assert (saved["without_valid"], dataset["train"].num_rows, dataset["test"].num_rows) == (37, 219, 24)
+
+
+def test_outputs_go_under_the_git_ignored_outputs_folder(monkeypatch):
+    import importlib.util
+
+    from trl_explore.evaluation.plots import default_plot_dir
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("build_example", root / "examples" / "build_offline_dataset.py")
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "build_example", example)  # dataclasses resolve annotations there
+    spec.loader.exec_module(example)
+    assert example.ScriptArguments().output_dir == B.DEFAULT_OUTPUT_DIR == "outputs/offline_dataset"
+    assert default_plot_dir(["outputs/a", "outputs/b"]).parts[:2] == ("outputs", "plots")
+    ignored = (root / ".gitignore").read_text().split()
+    assert {"outputs/", "__pycache__/", "*.egg-info/", ".venv*/"} <= set(ignored)

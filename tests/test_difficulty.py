@@ -46,13 +46,67 @@ def test_filter_by_pass_rate_and_script_arguments(tmp_path):
     path = _rates_file(tmp_path)
     data = Dataset.from_list([{"problem_id": p, "prompt": p} for p in ("a", "b", "c", "x")])
     assert difficulty.filter_by_pass_rate(data, 0.25, rates_file=path)["problem_id"] == ["b", "c"]
-    assert len(difficulty.filter_by_pass_rate(data, 0.25, rates_file=path, max_new_tokens=128)) == 0
+    with pytest.raises(difficulty.EmptyFilterError) as err:  # at 128 tokens a and b both have rate 0
+        difficulty.filter_by_pass_rate(data, 0.25, rates_file=path, max_new_tokens=128)
+    assert "kept 0 of 4 rows (min_rate=0.25, max_rate=1.0; rates graded at 128 tokens" in str(err.value)
+    assert "2 of the dataset's 4 problems have a measured rate: min 0, median 0, max 0" in str(err.value)
     with pytest.raises(KeyError, match="needs the column 'problem_id'"):
         difficulty.filter_by_pass_rate(data.rename_column("problem_id", "id"), 0.25, rates_file=path)
     args = difficulty.PassRateFilterArguments(min_pass_rate=None, pass_rates_file=str(path))
     assert args.filter_dataset(data, 256) is data  # no filter asked
     args = difficulty.PassRateFilterArguments(min_pass_rate=0.0, max_pass_rate=0.0, pass_rates_file=str(path))
     assert args.filter_dataset(data, 256)["problem_id"] == ["a"]
+
+
+def test_empty_filter_names_the_rates_it_saw(tmp_path):
+    path = _rates_file(tmp_path)
+    data = Dataset.from_list([{"problem_id": p} for p in ("a", "b", "c", "b")])  # "b" twice: counted once
+    with pytest.raises(difficulty.EmptyFilterError) as err:
+        difficulty.filter_by_pass_rate(data, 0.3, 0.9, rates_file=path)
+    message = str(err.value)
+    assert "kept 0 of 4 rows (min_rate=0.3, max_rate=0.9" in message and str(path) in message
+    assert "3 of the dataset's 3 problems have a measured rate: min 0, median 0.25, max 1" in message
+    assert "--min_pass_rate" in message and "--pass_rates_file" in message
+    other = Dataset.from_list([{"problem_id": p} for p in ("x", "y")])
+    with pytest.raises(difficulty.EmptyFilterError, match=r"none of the dataset's 2 problem ids \(e.g. 'x', 'y'\) "
+                       r"has a rate in the file, which has 3 \(e.g. 'a', 'b', 'c'\)"):
+        difficulty.filter_by_pass_rate(other, 0.0, rates_file=path)
+    # the shipped rates of the embedded policy at 128 tokens are all 0: the README's min_rate=0.25 keeps nothing
+    champ = Dataset.from_list([{"problem_id": p} for p in difficulty.load_pass_rates(max_new_tokens=128)])
+    with pytest.raises(difficulty.EmptyFilterError, match="30 of the dataset's 30 problems .* min 0, median 0, max 0"):
+        difficulty.filter_by_pass_rate(champ, 0.25, max_new_tokens=128)
+
+
+def _write(tmp_path, record, name="r.json"):
+    path = tmp_path / name
+    path.write_text(record if isinstance(record, str) else json.dumps(record))
+    return path
+
+
+def test_rates_file_format_is_validated_with_the_file_and_key_named(tmp_path):
+    entries = {"a": 0.5, "b": {"rate": 0.0}, "c": {"rate": None}, "d": {"samples": 2, "correct": 1, "rate": 0.5}}
+    minimal = {"rates": {"64": entries}}
+    assert difficulty.load_pass_rates(_write(tmp_path, minimal)) == {"a": 0.5, "b": 0.0, "d": 0.5}  # one budget
+    bad = [
+        ("{not json", "is not valid JSON"),
+        ([1, 2], r"needs a top-level object with 'rates'.*found list"),
+        ({"k": 4}, r"needs a top-level object with 'rates'.*found \['k'\]"),
+        ({"rates": {"long": {}}}, r"rates\['long'\] must be a completion-token budget"),
+        ({"rates": {"64": {"a": 1.5}}}, r"rates\['64'\]\['a'\]\['rate'\] = 1.5: a rate must be a number in \[0, 1\]"),
+        ({"rates": {"64": {"a": {"rate": "high"}}}}, r"\['a'\]\['rate'\] = 'high'"),
+        ({"rates": {"64": {"a": {"correct": 1}}}}, r"rates\['64'\]\['a'\] has no 'rate'"),
+        ({"rates": {"64": {"a": [0.5]}}}, r"rates\['64'\]\['a'\] = \[0.5\]: expected a rate"),
+        ({"rates": {"64": {"a": {"samples": 4, "correct": 5, "rate": 1.0}}}}, r"samples=4, correct=5"),
+        ({"rates": {"64": {"a": {"samples": 4, "correct": 1, "rate": 0.5}}}},
+         r"\['rate'\] = 0.5 but correct / samples = 1/4"),
+        ({"rates": {"64": {}, "128": {}}}, r"grades budgets \['64', '128'\] tokens and names no 'max_new_tokens'"),
+    ]  # fmt: skip
+    for i, (record, message) in enumerate(bad):
+        path = _write(tmp_path, record, f"bad{i}.json")
+        with pytest.raises(difficulty.PassRatesFileError, match=message) as err:
+            difficulty.load_pass_rates(path)
+        assert str(path) in str(err.value)
+    assert issubclass(difficulty.PassRatesFileError, ValueError)
 
 
 def test_shipped_pass_rates_name_what_they_measured():

@@ -1,14 +1,166 @@
-"""Console output of the example scripts: TRL's per-step completion panel off, one compact table at the end.
+"""Console output of the example scripts: one compact line per logged step, no third-party noise, one table at the end.
 
-With ``log_completions`` on, TRL's ``GRPOTrainer.log`` prints a rich panel of prompts and completions at every
-logging step (about 170 wrapped lines per step for the CPU demo) and writes the same rows to
-``<output_dir>/completions/completions_<step>.parquet``. The CPU recipes keep the files and print
-:func:`completion_table` of the last step once, after training.
+* Per-step logs: Transformers prints every logged dict whole (``ProgressCallback.on_log`` / ``PrinterCallback.on_log``:
+  about 1,450 characters of quoted strings a step, 45 keys with OGER + ASE). :class:`CompactLogCallback` prints one
+  line of the key numbers instead (:func:`use_compact_logs` swaps it in); the full dict still goes to ``report_to``
+  and ``trainer_state.json`` (``Trainer.log`` writes those before any callback prints).
+* Warnings: :func:`filter_known_warnings` hides, by message, third-party deprecation notices that say nothing to a
+  user of the example scripts (:data:`KNOWN_WARNINGS`).
+* Completions: with ``log_completions`` on, TRL's ``GRPOTrainer.log`` prints a rich panel of prompts and completions
+  at every logging step (about 170 wrapped lines per step for the CPU demo) and writes the same rows to
+  ``<output_dir>/completions/completions_<step>.parquet``. The CPU recipes keep the files and print
+  :func:`completion_table` of the last step once, after training.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import pathlib
+import warnings
+from collections.abc import Mapping, Sequence
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+KNOWN_WARNINGS = (
+    # transformers 5.x, four times per run: TRL 1.16 and Trainer still use the old names (training_args.py,
+    # modeling_utils.py); nothing a user of these scripts sets or can change
+    (FutureWarning, r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated and will be removed in v6"),
+    # torch's DataLoader on a CPU-only machine: Trainer asks for pinned memory (dataloader_pin_memory=True)
+    (UserWarning, r"'pin_memory' argument is set as true but no accelerator is found"),
+)
+"""``(category, message regex)`` of the third-party warnings :func:`filter_known_warnings` hides; seen on stderr of
+``accelerate launch examples/train_oger.py --max_steps 1`` (transformers 5.24, TRL 1.16, torch 2.13 CPU)."""
+
+CORE_LOG_KEYS = ("loss", "reward", "entropy", "completions/mean_length", "step_time")
+"""The keys of TRL's GRPO logs every compact line shows (when logged), before the method keys."""
+
+_FILTERS_INSTALLED = False
+
+
+def filter_known_warnings() -> None:
+    """Hide the warnings of :data:`KNOWN_WARNINGS`, matched by category and message (installed once per process).
+
+    For the example scripts only, called before their options are parsed (``TrainingArguments`` emits the first
+    one); a library must not change its user's warning filters. Every other warning is shown as before.
+    """
+    global _FILTERS_INSTALLED
+    if _FILTERS_INSTALLED:
+        return
+    for category, message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    _FILTERS_INSTALLED = True
+
+
+def format_number(value) -> str:
+    """A logged value with 4 significant digits (``0.07961``, ``203.2``, ``1.5e-05``); ints and strings as they are."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return "nan" if math.isnan(value) else f"{value:.4g}"
+
+
+def compact_log_line(logs: Mapping, step: int, max_steps: int, method_keys: Sequence[str] = ()) -> str | None:
+    """One line for a person to scan, from one dict that ``Trainer.log`` hands to the callbacks.
+
+    Args:
+        logs: the logged dict (training, evaluation ``eval_*`` or the final ``train_runtime`` summary).
+        step, max_steps: the optimizer step and the run's total.
+        method_keys: method metrics to show after the core ones (:data:`CORE_LOG_KEYS`), in this order; shell-style
+            patterns allowed (``"ase/route_*_accuracy"``). Keys not logged at this step are left out.
+
+    Returns:
+        e.g. ``"step 3/30 | loss 0.0796 | reward 0.25 ± 0.4629 | entropy 2.237 | len 203.2 | 102.9 s/step |
+        oger/reward_mean 0"``; None for an empty dict.
+    """
+    if not logs:
+        return None
+    if "train_runtime" in logs:
+        parts = [f"done: {step} step{'' if step == 1 else 's'} in {format_number(logs['train_runtime'])} s"]
+        if "train_loss" in logs:
+            parts.append(f"mean loss {format_number(logs['train_loss'])}")
+        return " | ".join(parts)
+    evaluation = any(k.startswith("eval_") for k in logs)
+    prefix = "eval_" if evaluation else ""
+    parts = [f"{'eval ' if evaluation else ''}step {step}/{max_steps}"]
+    labels = {"completions/mean_length": "len", "step_time": None}
+    for key in CORE_LOG_KEYS:
+        value = logs.get(prefix + key)
+        if value is None:
+            continue
+        if key == "reward" and logs.get(prefix + "reward_std") is not None:
+            parts.append(f"reward {format_number(value)} ± {format_number(logs[prefix + 'reward_std'])}")
+        elif key == "step_time":
+            parts.append(f"{format_number(value)} s/step")
+        else:
+            parts.append(f"{labels.get(key, key)} {format_number(value)}")
+    shown = set()
+    for pattern in method_keys:
+        for key in (k for k in logs if fnmatch.fnmatchcase(k, prefix + pattern) and k not in shown):
+            shown.add(key)
+            parts.append(f"{key} {format_number(logs[key])}")
+    return " | ".join(parts)
+
+
+class CompactLogCallback(ProgressCallback):
+    """Transformers' progress bar with one compact line per log (:func:`compact_log_line`) instead of the dict.
+
+    Subclasses ``ProgressCallback`` and overrides ``on_log`` only (the method that prints the dict); the bar, when
+    ``progress_bar`` is True, is Transformers' own. Prints on the main process only.
+
+    Args:
+        method_keys: the method metrics to show (e.g. ``("oger/reward_mean", "oger/failed_ratio")``).
+        progress_bar: keep the tqdm bar (False: lines only, as with ``disable_tqdm``).
+    """
+
+    def __init__(self, method_keys: Sequence[str] = (), progress_bar: bool = True):
+        super().__init__()
+        self.method_keys = tuple(method_keys)
+        self.progress_bar = progress_bar
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.progress_bar:
+            super().on_train_begin(args, state, control, **kwargs)
+        self.current_step = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if self.progress_bar:
+            super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # Overrides ProgressCallback.on_log, which writes str(logs) above the bar.
+        if not state.is_world_process_zero:
+            return
+        line = compact_log_line(logs or {}, state.global_step, state.max_steps, self.method_keys)
+        if line is not None:
+            (self.training_bar.write if self.training_bar is not None else print)(line)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_train_end(args, state, control, **kwargs)
+
+
+def use_compact_logs(trainer, method_keys: Sequence[str] = ()) -> CompactLogCallback:
+    """Replace ``trainer``'s dict-printing callbacks (``ProgressCallback``, ``PrinterCallback``) by a
+    :class:`CompactLogCallback` showing ``method_keys``; keeps a progress bar where Transformers had one.
+
+    Returns:
+        The installed callback.
+    """
+    handler = trainer.callback_handler
+    printers = [c for c in handler.callbacks if type(c) in (ProgressCallback, PrinterCallback, CompactLogCallback)]
+    had_bar = any(isinstance(c, ProgressCallback) and getattr(c, "progress_bar", True) for c in printers)
+    for printer in printers:
+        trainer.remove_callback(printer)  # the instance: removing by class would match subclasses too
+    callback = CompactLogCallback(method_keys, progress_bar=had_bar)
+    trainer.add_callback(callback)
+    return callback
 
 DEFAULT_COLUMNS = (
     "step", "route", "is_offline", "teacher", "divergence", "last_token_entropy", "math_reward", "oger_reward",
@@ -59,11 +211,10 @@ def finish_run(trainer, output_dir: str, dataset_name: str | None, tag: str, met
     """What every example script does after ``trainer.train()``: save, card, push, and one readable summary.
 
     Saves the model and ``trainer_state.json`` (the logs ``examples/plot.py`` reads, also when no checkpoint was
-    saved), writes TRL's model card with the training data named (``base_model`` only for a Hub id, see
-    :mod:`trl_explore.hub`), pushes to the Hub when ``push_to_hub`` is set, and on the main process prints the step
-    count and run time (``seconds``), the last value of every logged metric whose name starts with one of
-    ``metric_prefixes``, the extra ``lines``, and the last step's completions (:func:`completion_table`), each line
-    prefixed with ``[tag]``.
+    saved), writes the model card (methods, papers, base model, data, hyperparameters: :mod:`trl_explore.hub`),
+    pushes to the Hub when ``push_to_hub`` is set, and on the main process prints the step count and run time
+    (``seconds``), the last value of every logged metric whose name starts with one of ``metric_prefixes``, the
+    extra ``lines``, and the last step's completions (:func:`completion_table`), each line prefixed with ``[tag]``.
     """
     trainer.save_model(output_dir)
     trainer.save_state()

@@ -27,6 +27,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from trl_explore.ase.bank import SteeringVectorBank, applied_strength, bank_metrics
+from trl_explore.ase.card import ASE_CARD
 from trl_explore.ase.controls import BANK_READOUTS, CLEAN_ROUTE, OFFLINE_ROUTE
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.options import ASEOptions
@@ -61,6 +62,7 @@ class ASEComponent(Component):
     name = "ase"
     options_class = ASEOptions
     tags = ("ase-grpo", "activation-steering")
+    card = ASE_CARD  # the model card's entry (trl_explore.hub)
 
     def __init__(self, options: ASEOptions | None = None, bank: SteeringVectorBank | None = None):
         super().__init__(options)

@@ -12,6 +12,7 @@ or, with no arguments at all, ``load_default_offline_dataset()`` (CHAMP, cached 
 """
 
 from trl_explore.data.builder import (
+    DEFAULT_OUTPUT_DIR,
     OFFLINE_COLUMNS,
     OfflineDatasetBuilder,
     build_offline_dataset,
@@ -24,6 +25,7 @@ from trl_explore.data.sources import ProblemRecord, champ_records, luffy_records
 from trl_explore.data.stats import BuildReport, TeacherStats
 
 __all__ = [
+    "DEFAULT_OUTPUT_DIR",
     "OFFLINE_COLUMNS",
     "PROMPT_PRESETS",
     "BuildReport",

@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 OFFLINE_COLUMNS = ("problem_id", "prompt", "answer", "offline_completions", "offline_teachers")
 """Columns of every split of the built data set."""
 
+DEFAULT_OUTPUT_DIR = "outputs/offline_dataset"
+"""Where ``examples/build_offline_dataset.py`` saves a build without ``--output_dir`` (``outputs/`` is git-ignored)."""
+
 
 def offline_features():
     """``datasets.Features`` of the built data set (explicit, so that empty lists keep their type)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -141,6 +142,43 @@ def correct_lengths_by_teacher(verdicts: Sequence[CompletionVerdict]) -> dict[st
     return dict(sorted(out.items()))
 
 
+def length_histogram_range(lengths: Sequence[int], max_length: int) -> tuple[int, str]:
+    """The x-range of the length histogram, from the data, and a note on what it leaves out.
+
+    The axis runs to the longest trajectory (not to ``max_length``, which is often far beyond it: 8,192 against
+    trajectories mostly under 2,000 tokens), or, when a few outliers lie beyond 3x the 99th percentile, to 1.2x
+    that percentile (engineering choice: the bulk stays readable; the outliers are counted in the note).
+
+    Args:
+        lengths: all trajectory lengths (tokens).
+        max_length: the length filter; the note says where it lies when it is off the axis.
+
+    Returns:
+        ``(upper, note)``: the axis' right end in tokens, and a sentence (``""`` when nothing is left out).
+
+    Raises:
+        ValueError: no lengths.
+    """
+    import math
+
+    if not len(lengths):
+        raise ValueError("no lengths to plot")
+    ordered = sorted(lengths)
+    longest = ordered[-1]
+    p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest-rank percentile
+    upper, notes = longest, []
+    if p99 > 0 and longest > 3 * p99:
+        upper = math.ceil(1.2 * p99)
+        beyond = sum(1 for n in ordered if n > upper)
+        notes.append(f"{beyond} {'trajectory' if beyond == 1 else 'trajectories'} longer than {upper} tokens not "
+                     f"shown (up to {longest})")
+    if max_length > longest:
+        notes.append(f"max_length = {max_length} lies beyond the longest trajectory ({longest} tokens)")
+    elif max_length > upper:
+        notes.append(f"max_length = {max_length} lies beyond the axis")
+    return max(upper, 1), "; ".join(notes)
+
+
 def plot_length_distribution(
     lengths: Mapping[str, Sequence[int]], max_length: int, path: str | pathlib.Path, bins: int = 40
 ) -> pathlib.Path:
@@ -148,9 +186,9 @@ def plot_length_distribution(
 
     Args:
         lengths: ``{teacher: lengths in tokens}`` (e.g. from :func:`correct_lengths_by_teacher`).
-        max_length: drawn as a dashed vertical line.
+        max_length: drawn as a dashed vertical line when it lies on the axis, else named in the title.
         path: output PNG.
-        bins: number of bins shared by all teachers.
+        bins: number of bins shared by all teachers, over :func:`length_histogram_range`.
 
     Returns:
         ``pathlib.Path`` of the written PNG (Agg backend: no display needed).
@@ -161,16 +199,24 @@ def plot_length_distribution(
     import matplotlib.pyplot as plt
 
     path = pathlib.Path(path)
-    everything = [n for values in lengths.values() for n in values] + [max_length]
-    edges = [max(everything) * i / bins for i in range(bins + 1)]
+    everything = [n for values in lengths.values() for n in values]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for teacher, values in lengths.items():
-        ax.hist(values, bins=edges, histtype="step", linewidth=1.5, label=f"{teacher} (n={len(values)})")
-    ax.axvline(max_length, color="black", linestyle="--", label=f"max_length = {max_length}")
-    ax.set_title("Length distribution of correct teacher trajectories")
+    title = "Length distribution of correct teacher trajectories"
+    if everything:
+        upper, note = length_histogram_range(everything, max_length)
+        edges = [upper * i / bins for i in range(bins + 1)]
+        for teacher, values in lengths.items():
+            ax.hist(values, bins=edges, histtype="step", linewidth=1.5, label=f"{teacher} (n={len(values)})")
+        if max_length <= upper:
+            ax.axvline(max_length, color="black", linestyle="--", label=f"max_length = {max_length}")
+        ax.set_xlim(0, upper)
+        ax.legend()
+    else:
+        note = "no correct teacher trajectory"
+    notes = [textwrap.fill(f"({part})", 90) for part in note.split("; ")] if note else []
+    ax.set_title("\n".join([title, *notes]), fontsize=10 if note else 12)
     ax.set_xlabel("Length (policy tokens)")
     ax.set_ylabel("Trajectories")
-    ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

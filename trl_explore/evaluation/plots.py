@@ -1,20 +1,22 @@
 """Figures of the two papers from training logs and evaluation results (matplotlib, PNG).
 
-From a training run's ``trainer_state.json`` (``log_history``):
+From training runs' ``trainer_state.json`` (``log_history``):
 
-* :data:`OGER_PANELS`: policy entropy (OGER Fig. 2a), failed-response ratio (Fig. 2c), OGER reward
-  mean and max (Fig. 5), embedding divergence and last-token entropy, training reward, and, when the
-  run logged evaluations, the evaluation reward (Fig. 2b).
-* :data:`ASE_PANELS`: cluster shares and vector geometry (temporal and inter-cluster alignment)
-  (ASE Fig. 5), pairwise answer disagreement, training reward and response length (Fig. 4), per-route
-  accuracy.
+* :data:`SHARED_PANELS`: what every GRPO-based run logs (reward, policy entropy, zero-variance groups, response
+  length, truncation, evaluation reward): runs of different methods (GRPO, OGER, ASE-GRPO, both) overlaid.
+* :data:`OGER_PANELS`: policy entropy (OGER Fig. 2a), failed-response ratio (Fig. 2c), OGER reward mean and max
+  (Fig. 5), embedding divergence and last-token entropy, offline fraction, training and evaluation reward (Fig. 2b).
+* :data:`ASE_PANELS`: cluster shares and vector geometry (ASE Fig. 5), contrast pairs and vector norm per bank
+  update, pairwise answer disagreement, per-route accuracy, importance weights, training reward and response
+  length (Fig. 4).
 
 From evaluation folders (:mod:`trl_explore.evaluation.runner`): pass@k curves (OGER Fig. 3, ASE Fig. 3)
 and pass@k against temperature (OGER Fig. 6).
 
-Every function overlays several runs (one colour per run), draws only the panels for which at least
-one run has data, saves a PNG and returns the ``matplotlib.figure.Figure`` (no pyplot state, so it
-works without a display).
+Every function overlays several runs (one colour per run, labelled by run name), saves a PNG and returns the
+``matplotlib.figure.Figure`` (no pyplot state, so it works without a display). A panel no run has data for is kept
+and says so (which keys are missing and when they are logged); fractions are drawn on a 0-1 axis and constant
+series on a readable one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +43,8 @@ class Panel:
             ``group_label`` filled with the group (e.g. "cluster 0" for ``ase/cluster_share_0``).
         group_label: legend text of a ``pattern`` match, a ``{}`` field for the group.
         source: the paper figure it reproduces.
+        ylim: fixed y limits (e.g. ``(0, 1)`` for a fraction), else None (from the data).
+        when: when the keys are logged, shown in the panel when no run has them (e.g. "at bank updates only").
     """
 
     title: str
@@ -48,6 +53,8 @@ class Panel:
     pattern: str | None = None
     group_label: str = "{}"
     source: str = ""
+    ylim: tuple[float, float] | None = None
+    when: str = ""
 
     def series(self, columns: Sequence[str]) -> list[tuple[str, str]]:
         """``(column, legend suffix)`` pairs of this panel present in ``columns``."""
@@ -59,29 +66,71 @@ class Panel:
             found += [(c, self.group_label.format(group)) for c, group in matched]
         return found
 
+    def key_names(self) -> list[str]:
+        """The keys this panel reads, a ``pattern`` written with ``*`` (e.g. ``ase/cluster_share_*``)."""
+        names = list(self.keys)
+        if self.pattern:
+            names.append(re.sub(r"\[(.)[^]]*\]", r"\1", re.sub(r"\([^)]*\)", "*", self.pattern)))
+        return names
+
+
+FRACTION = (0.0, 1.0)
+
+_EVAL = "logged only with eval_strategy != 'no' and an eval_dataset"
+_BANK = ("logged at bank updates only; an update needs K x min_pairs_per_cluster contrast pairs (problems with both "
+         "right and wrong rollouts), else it is skipped: see ase/num_pairs, ase/skipped_updates")
+
+SHARED_PANELS = (
+    Panel("Training reward", "mean total reward", ("reward",)),
+    Panel("Policy entropy", "entropy (nats)", ("entropy",)),
+    Panel("Zero-variance groups", "groups with equal rewards (no signal)", ("frac_reward_zero_std",), ylim=FRACTION),
+    Panel("Response length", "tokens", ("completions/mean_length",)),
+    Panel("Truncated completions", "fraction at max_completion_length", ("completions/clipped_ratio",),
+          ylim=FRACTION),
+    Panel("Evaluation reward", "eval reward", ("eval_reward",), when=_EVAL),
+)  # fmt: skip
+"""Panels every GRPO-based run has: the figure that overlays runs of different methods."""
 
 OGER_PANELS = (
     Panel("Policy entropy", "entropy (nats)", ("entropy",), source="OGER Fig. 2a"),
-    Panel("Failed-response ratio", "online completions with R_m = 0", ("oger/failed_ratio",), source="OGER Fig. 2c"),
+    Panel("Failed-response ratio", "online completions with R_m = 0", ("oger/failed_ratio",), source="OGER Fig. 2c",
+          ylim=FRACTION),
     Panel("OGER exploration reward", "R_OGER", ("oger/reward_mean", "oger/reward_max"), source="OGER Fig. 5"),
     Panel("Embedding divergence", "D = 1 - mean cosine", ("oger/divergence_mean",), source="OGER Eq. 5"),
     Panel("Last-token entropy", "H_last (nats)", ("oger/last_token_entropy_mean",), source="OGER Eq. 6"),
+    Panel("Offline fraction", "offline rows of the batch", ("oger/offline_fraction",), source="OGER §3.2",
+          ylim=FRACTION),
     Panel("Training reward", "mean total reward", ("reward",), source="OGER Eq. 8"),
-    Panel("Evaluation score", "eval reward", ("eval_reward",), source="OGER Fig. 2b"),
+    Panel("Evaluation score", "eval reward", ("eval_reward",), source="OGER Fig. 2b", when=_EVAL),
 )  # fmt: skip
 """Panels of the OGER training-dynamics figure."""
 
 ASE_PANELS = (
     Panel("Cluster shares", "fraction of contrast pairs", pattern=r"ase/cluster_share[_/](\d+)",
-          group_label="cluster {}", source="ASE Fig. 5"),
-    Panel("Vector geometry", "cosine", ("ase/temporal_alignment", "ase/inter_cluster_alignment"), source="ASE Fig. 5"),
-    Panel("Answer disagreement", "pairwise disagreement", ("ase/answer_disagreement",), source="ASE Fig. 4"),
+          group_label="cluster {}", source="ASE Fig. 5", ylim=FRACTION, when=_BANK),
+    Panel("Vector geometry", "cosine", ("ase/temporal_alignment", "ase/inter_cluster_alignment"), source="ASE Fig. 5",
+          when=_BANK),
+    Panel("Contrast pairs", "pairs / skipped updates (running count)", ("ase/num_pairs", "ase/skipped_updates"),
+          source="ASE §3.2", when="logged at every step that tries a bank update"),
+    Panel("Steering vector norm", "mean norm", ("ase/vector_norm",), source="ASE §3.2", when=_BANK),
+    Panel("Answer disagreement", "pairwise disagreement", ("ase/answer_disagreement",), source="ASE Fig. 4",
+          ylim=FRACTION),
     Panel("Per-route accuracy", "accuracy", pattern=r"ase/route_(\d+)_accuracy",
-          group_label="route {}", source="ASE §3.1"),
+          group_label="route {}", source="ASE §3.1", ylim=FRACTION),
+    Panel("Importance weights", "truncated IS weight", ("ase/is_weight_mean", "ase/is_weight_clipped_frac"),
+          when="logged on steered tokens, from the first bank on"),
     Panel("Training reward", "mean reward", ("reward",), source="ASE Fig. 4"),
     Panel("Response length", "tokens", ("completions/mean_length",), source="ASE Fig. 4"),
 )  # fmt: skip
-"""Panels of the ASE diagnostics figure."""
+"""Panels of the ASE diagnostics figure (the bank panels are kept, and say why, when no update happened)."""
+
+
+def run_method(frame) -> str:
+    """The method a run's logs show: ``"OGER + ASE-GRPO"``, ``"OGER"``, ``"ASE-GRPO"``, or ``"GRPO"`` (neither's
+    keys)."""
+    oger = any(str(c).startswith("oger/") for c in frame.columns)
+    ase = any(str(c).startswith("ase/") for c in frame.columns)
+    return {(True, True): "OGER + ASE-GRPO", (True, False): "OGER", (False, True): "ASE-GRPO"}.get((oger, ase), "GRPO")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,20 +189,55 @@ def load_log_history(run_dir: str | pathlib.Path):
 
 def default_plot_dir(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | None = None) -> pathlib.Path:
     """Where ``examples/plot.py`` writes without ``--output_dir``: ``RUN_DIR/plots`` for one run; for several,
-    ``./plots/<label 1>+<label 2>+...`` (the overlaid runs named, none of their folders written into)."""
+    ``outputs/plots/<label 1>+<label 2>+...`` (git-ignored; the overlaid runs named, none of their folders written
+    into; a training folder and its evaluation folder count once)."""
     if len(run_dirs) == 1:
         return pathlib.Path(run_dirs[0]) / "plots"
-    names = [re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in _run_labels(run_dirs, labels)]
-    return pathlib.Path("plots") / "+".join(names)
+    names = [re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in dict.fromkeys(run_labels(run_dirs, labels))]
+    return pathlib.Path("outputs") / "plots" / "+".join(names)
 
 
-def _run_labels(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | None) -> list[str]:
+def folder_kind(run_dir: str | pathlib.Path) -> str:
+    """``"training"`` (a ``trainer_state.json``, also in a checkpoint), ``"evaluation"`` (``summary.json`` or
+    ``temperature_sweep.json`` of ``examples/evaluate.py``), ``"training+evaluation"``, or ``"empty"``."""
+    path = pathlib.Path(run_dir)
+    try:
+        find_trainer_state(path)
+        training = True
+    except FileNotFoundError:
+        training = False
+    evaluation = path.is_dir() and any((path / n).is_file() for n in ("summary.json", "temperature_sweep.json"))
+    return {(True, True): "training+evaluation", (True, False): "training", (False, True): "evaluation"}.get(
+        (training, evaluation), "empty")
+
+
+def run_labels(run_dirs: Sequence[str | pathlib.Path], labels: Sequence[str] | None = None) -> list[str]:
+    """The legend label of each folder: ``labels`` when given, else the run name (the folder's name).
+
+    A training folder and its evaluation folder (``outputs/x`` and ``outputs/eval/x``: one is training-only, the
+    other evaluation-only) are one run and get the same name, drawn in different figures. Folders of the same kind
+    with the same name are told apart by their parent folders (``a/x``, ``b/x``), never by a number.
+
+    Raises:
+        ValueError: ``labels`` and ``run_dirs`` differ in length.
+    """
     if labels is not None:
         if len(labels) != len(run_dirs):
             raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
         return list(labels)
-    names = [pathlib.Path(d).resolve().name or str(d) for d in run_dirs]
-    return [f"{n} ({i})" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    paths = [pathlib.Path(d).resolve() for d in run_dirs]
+    kinds = [folder_kind(d) for d in run_dirs]
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(p.parts[-n:]) if len(p.parts) > 1 else str(p) for p, n in zip(paths, depth)]
+        clashes = [i for i, n in enumerate(names) if any(
+            j != i and names[j] == n and (kinds[j] == kinds[i] or "+" in kinds[i] + kinds[j] or paths[j] == paths[i])
+            for j in range(len(names)))]
+        grown = [i for i in clashes if depth[i] < len(paths[i].parts) - 1]
+        if not grown:
+            return names
+        for i in grown:
+            depth[i] += 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,10 +249,10 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def series_style(index: int, count: int) -> dict:
-    """Line and marker style of series ``index`` of ``count`` drawn in one panel for one run.
+    """Line and marker style of series ``index`` of ``count`` drawn in one panel (all runs together).
 
-    Series of one run share its colour, so series with equal values (e.g. the accuracies of steering routes that
-    all stay at 0) would hide each other. Each gets its own line style and hollow marker shape, and the earlier
+    Series with equal values (e.g. the accuracies of steering routes that all stay at 0, or two runs with the same
+    truncation ratio) would hide each other. Each gets its own line style and hollow marker shape, and the earlier
     ones are drawn wider and larger, so coinciding series stay visible as nested markers and stacked lines.
 
     Returns:
@@ -212,19 +296,42 @@ def _save(fig, path: str | pathlib.Path | None):
     return fig
 
 
+def _empty_note(panel: Panel, runs: Mapping[str, object]) -> str:
+    """Why a panel has no line: the keys no run logged, and when they are logged."""
+    keys = ", ".join(panel.key_names())
+    note = f"no {keys}\nin {'this run' if len(runs) == 1 else 'these runs'}"
+    return note + (f":\n{textwrap.fill(panel.when, 44)}" if panel.when else "")
+
+
+def readable_ylim(values: Sequence[float], bounds: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    """y limits for a panel: ``bounds`` (e.g. 0-1 for a fraction) with a 3% margin, else a band around a constant
+    series (``v +- max(0.1 |v|, 0.5)``, where Matplotlib would zoom into float noise), else None (Matplotlib's)."""
+    if bounds is not None:
+        lo, hi = bounds
+        pad = 0.03 * (hi - lo)
+        return lo - pad, hi + pad
+    if len(values) and max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))):
+        center = float(values[0])
+        half = max(0.1 * abs(center), 0.5)
+        return center - half, center + half
+    return None
+
+
 def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], path: str | pathlib.Path | None = None,
                            title: str | None = None, smooth: int = 1):
     """Overlay the logged series of several training runs, one subplot per panel.
 
     Args:
         runs: ``{label: DataFrame from load_log_history}``.
-        panels: e.g. :data:`OGER_PANELS` or :data:`ASE_PANELS`; panels no run has data for are left out.
+        panels: e.g. :data:`SHARED_PANELS`, :data:`OGER_PANELS` or :data:`ASE_PANELS`. A panel no run has data for
+            is kept, with a note naming the missing keys and when they are logged (``Panel.when``).
         path: PNG to write (``None``: do not save).
         title: figure title.
         smooth: centred rolling-mean window in steps (1: raw values).
 
     Returns:
-        The ``Figure``; each drawn series is one ``Line2D`` (a run's colour, a line style per key).
+        The ``Figure``; each drawn series is one ``Line2D`` (a run's colour, a line style per key); an empty panel
+        has no line and one text.
 
     Raises:
         ValueError: no runs, ``smooth < 1``, or no panel has data in any run (lists the logged keys).
@@ -235,35 +342,46 @@ def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], 
         raise ValueError("plot_training_dynamics: no runs")
     if smooth < 1:
         raise ValueError(f"smooth must be >= 1, got {smooth}")
-    used = [p for p in panels if any(p.series(list(frame.columns)) for frame in runs.values())]
-    if not used:
+    if not any(p.series(list(frame.columns)) for p in panels for frame in runs.values()):
         keys = sorted({c for frame in runs.values() for c in frame.columns})
         raise ValueError(f"none of the panels {[p.title for p in panels]} has data; the runs logged {keys}")
-    fig, axes = _new_figure(len(used))
+    fig, axes = _new_figure(len(panels))
     colors = [f"C{i % 10}" for i in range(len(runs))]
-    for ax, panel in zip(axes, used):
-        steps = []
+    for ax, panel in zip(axes, panels):
+        lines = []  # (colour, legend name, values) of every series of every run
         for color, (label, frame) in zip(colors, runs.items()):
             series = panel.series(list(frame.columns))
-            for style_index, (column, suffix) in enumerate(series):
+            for column, suffix in series:
                 values = frame[column].dropna()
-                if values.empty:
-                    continue
-                if smooth > 1:
-                    values = values.rolling(smooth, center=True, min_periods=1).mean()
-                style = series_style(style_index, len(series))
-                if len(values) >= 12:  # dense series: lines only
-                    style["marker"] = None
-                if len(values) == 1:  # a single point: a marker, no line
-                    style["linestyle"] = "none"
-                name = f"{label}: {suffix}" if len(series) > 1 else label
-                ax.plot(values.index, values.values, color=color, label=name, **style)
-                steps += list(values.index)
+                if not values.empty:
+                    if smooth > 1:
+                        values = values.rolling(smooth, center=True, min_periods=1).mean()
+                    lines.append((color, f"{label}: {suffix}" if len(series) > 1 else label, values))
+        steps, drawn = [], []
+        for index, (color, name, values) in enumerate(lines):
+            style = series_style(index, len(lines))  # nested markers: equal series of several runs stay visible
+            if len(values) >= 12:  # dense series: lines only
+                style["marker"] = None
+            if len(values) == 1:  # a single point: a marker, no line
+                style["linestyle"] = "none"
+            ax.plot(values.index, values.values, color=color, label=name, **style)
+            steps += list(values.index)
+            drawn += [float(v) for v in values.values]
         ax.set_title(f"{panel.title} ({panel.source})" if panel.source else panel.title, fontsize=10)
+        if not drawn:
+            ax.text(0.5, 0.5, _empty_note(panel, runs), ha="center", va="center", fontsize=8, color="0.35",
+                    transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         ax.set_xlabel("training step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if (limits := integer_step_limits(steps)) is not None:
             ax.set_xlim(*limits)
+        if (ylim := readable_ylim(drawn, panel.ylim)) is not None:
+            ax.set_ylim(*ylim)
+        if panel.ylim == FRACTION:
+            ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -354,15 +472,22 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
     return _save(fig, path)
 
 
+def _with_method(label: str, method: str) -> str:
+    """``label`` with the run's method appended, unless the label already names it (``"oger-run (OGER)"``)."""
+    words = [w for w in method.lower().replace("-grpo", "").split(" + ")]
+    return label if all(w in label.lower() for w in words) else f"{label} ({method})"
+
+
 def plot_runs(run_dirs: Sequence[str | pathlib.Path], output_dir: str | pathlib.Path,
               labels: Sequence[str] | None = None, smooth: int = 1) -> list[pathlib.Path]:
     """Draw every figure the given folders have data for (``examples/plot.py``).
 
-    A folder may be a training run (``trainer_state.json`` there or in a checkpoint), an evaluation
-    folder (``summary.json``, optionally ``temperature_sweep.json``), or both.
+    A folder may be a training run (``trainer_state.json`` there or in a checkpoint), an evaluation folder
+    (``summary.json``, optionally ``temperature_sweep.json``), or both; labels: :func:`run_labels`.
 
-    Writes, when the data exist: ``training_dynamics_oger.png`` (runs with ``oger/`` keys, or plain
-    GRPO runs next to them), ``training_dynamics_ase.png`` (runs with ``ase/`` keys),
+    Writes, when the data exist: ``training_dynamics.png`` (every training run on :data:`SHARED_PANELS`, labelled
+    with its method: GRPO, OGER, ASE-GRPO or both), ``training_dynamics_oger.png`` (runs with ``oger/`` keys, with
+    the plain GRPO runs as baselines), ``training_dynamics_ase.png`` (runs with ``ase/`` keys, same),
     ``pass_at_k.png`` and ``temperature_sweep.png``.
 
     Returns:
@@ -370,18 +495,20 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], output_dir: str | pathlib.
 
     Raises:
         ValueError: no run folder, or none of them holds anything to plot (names them).
+        FileNotFoundError: a folder that does not exist.
     """
     from trl_explore.evaluation.runner import SUMMARY_JSON, load_summary
 
     if not run_dirs:
         raise ValueError("plot_runs: give at least one run folder")
-    names = _run_labels(run_dirs, labels)
+    for run_dir in run_dirs:
+        if not pathlib.Path(run_dir).exists():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    names = run_labels(run_dirs, labels)
     out = pathlib.Path(output_dir)
     logs, summaries, sweeps = {}, {}, {}
     for label, run_dir in zip(names, run_dirs):
         run_dir = pathlib.Path(run_dir)
-        if not run_dir.exists():
-            raise FileNotFoundError(f"run folder {run_dir} does not exist")
         try:
             logs[label] = load_log_history(run_dir)
         except FileNotFoundError:
@@ -391,17 +518,21 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], output_dir: str | pathlib.
         if (run_dir / "temperature_sweep.json").is_file():
             sweeps[label] = json.loads((run_dir / "temperature_sweep.json").read_text())
     written = []
-    oger_runs = {k: v for k, v in logs.items() if any(c.startswith("oger/") for c in v.columns)}
-    ase_runs = {k: v for k, v in logs.items() if any(c.startswith("ase/") for c in v.columns)}
-    plain = {k: v for k, v in logs.items() if k not in oger_runs and k not in ase_runs}
-    if oger_runs or (plain and not ase_runs):
-        plot_training_dynamics({**oger_runs, **plain}, OGER_PANELS, out / "training_dynamics_oger.png",
-                               title="OGER training dynamics", smooth=smooth)
-        written.append(out / "training_dynamics_oger.png")
-    if ase_runs:
-        plot_training_dynamics({**ase_runs, **plain}, ASE_PANELS, out / "training_dynamics_ase.png",
-                               title="ASE-GRPO diagnostics", smooth=smooth)
-        written.append(out / "training_dynamics_ase.png")
+    methods = {label: run_method(frame) for label, frame in logs.items()}
+    if logs:
+        shared = {_with_method(label, methods[label]): frame for label, frame in logs.items()}
+        kinds = list(dict.fromkeys(methods.values()))
+        plot_training_dynamics(shared, SHARED_PANELS, out / "training_dynamics.png", smooth=smooth,
+                               title="Training dynamics: " + " vs. ".join(kinds))
+        written.append(out / "training_dynamics.png")
+    plain = {_with_method(k, "GRPO"): v for k, v in logs.items() if methods[k] == "GRPO"}  # the baselines
+    for prefix, panels, name, title in (("OGER", OGER_PANELS, "oger", "OGER training dynamics"),
+                                        ("ASE", ASE_PANELS, "ase", "ASE-GRPO diagnostics")):
+        runs = {k: v for k, v in logs.items() if prefix in methods[k]}
+        if runs:
+            plot_training_dynamics({**runs, **plain}, panels, out / f"training_dynamics_{name}.png", title=title,
+                                   smooth=smooth)
+            written.append(out / f"training_dynamics_{name}.png")
     if summaries:
         plot_pass_at_k(summaries, out / "pass_at_k.png")
         written.append(out / "pass_at_k.png")

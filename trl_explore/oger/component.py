@@ -24,6 +24,7 @@ from trl_explore.components import Component, Needs, Rollout, phase, record_phas
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
 from trl_explore.oger import fields
+from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
@@ -63,6 +64,7 @@ class OGERComponent(Component):
     options_class = OGEROptions
     reward_field_names = fields.REWARD_FIELDS
     tags = ("oger",)
+    card = OGER_CARD  # the model card's entry (trl_explore.hub)
 
     def __init__(self, options: OGEROptions | None = None, encoder: TrajectoryEncoder | None = None):
         super().__init__(options)

@@ -1,0 +1,97 @@
+"""The readable console: one compact line per logged step (the full dict still in trainer_state.json) and the
+filter of known third-party warnings."""
+
+import warnings
+
+import pytest
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from trl import GRPOConfig
+
+from conftest import make_tiny_causal_lm
+from test_ase_trainer import _dataset, parity_reward
+from trl_explore import ExplorationTrainer
+from trl_explore import reporting
+from trl_explore.reporting import CompactLogCallback, compact_log_line, format_number, use_compact_logs
+
+# a training log as TRL 1.16 hands it to the callbacks (from `accelerate launch examples/train_oger.py --max_steps 1`)
+LOGS = {"loss": 0.07961, "grad_norm": 0.7803, "learning_rate": 1e-05, "num_tokens": 2202.0,
+        "completions/mean_length": 203.25, "completions/clipped_ratio": 0.625, "oger/divergence_mean": 0.50817,
+        "oger/failed_ratio": 1.0, "oger/reward_mean": 0.0, "reward": 0.25, "reward_std": 0.46291,
+        "entropy": 2.23712, "ase/route_0_accuracy": 0.5, "ase/route_1_accuracy": 0.25, "step_time": 102.94,
+        "epoch": 0.03448}  # fmt: skip
+
+
+def test_format_number_keeps_four_significant_digits():
+    assert [format_number(v) for v in (0.0796123, 203.25, 1e-05, 2202.0, 3, 0.0, float("nan"), True, "x")] == [
+        "0.07961", "203.2", "1e-05", "2202", "3", "0", "nan", "True", "x"]
+
+
+def test_compact_line_of_a_training_step_an_evaluation_and_the_summary():
+    line = compact_log_line(LOGS, 1, 30, ("oger/reward_mean", "oger/failed_ratio", "ase/route_*_accuracy", "nope"))
+    assert line == ("step 1/30 | loss 0.07961 | reward 0.25 ± 0.4629 | entropy 2.237 | len 203.2 | 102.9 s/step | "
+                    "oger/reward_mean 0 | oger/failed_ratio 1 | ase/route_0_accuracy 0.5 | ase/route_1_accuracy 0.25")
+    assert len(line) < 200 < len(str(LOGS))
+    evaluation = {"eval_reward": 0.5, "eval_reward_std": 0.1, "eval_loss": 0.2, "eval_oger/failed_ratio": 0.5}
+    assert compact_log_line(evaluation, 4, 30, ("oger/failed_ratio",)) == (
+        "eval step 4/30 | loss 0.2 | reward 0.5 ± 0.1 | eval_oger/failed_ratio 0.5")
+    assert compact_log_line({"train_runtime": 103.71, "train_loss": 0.0796, "epoch": 0.03}, 1, 1) == (
+        "done: 1 step in 103.7 s | mean loss 0.0796")
+    assert compact_log_line({}, 1, 1) is None
+
+
+def _trainer(tmp_path, tokenizer, **overrides):
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none",
+                      use_cpu=True, bf16=False, save_strategy="no", **overrides)
+    return ExplorationTrainer(make_tiny_causal_lm(tokenizer), [parity_reward], args=args, train_dataset=_dataset(4),
+                              processing_class=tokenizer)
+
+
+@pytest.mark.parametrize("disable_tqdm", [False, True])
+def test_compact_logs_replace_the_dict_print_and_keep_the_full_logs(tmp_path, smollm2_tokenizer, capsys,
+                                                                    disable_tqdm):
+    trainer = _trainer(tmp_path, smollm2_tokenizer, disable_tqdm=disable_tqdm)
+    printer = ProgressCallback if not disable_tqdm else PrinterCallback
+    assert any(type(c) is printer for c in trainer.callback_handler.callbacks)
+    callback = use_compact_logs(trainer, ("rewards/parity_reward/mean",))
+    use_compact_logs(trainer, ("rewards/parity_reward/mean",))  # twice: still one printer
+    printers = [c for c in trainer.callback_handler.callbacks if isinstance(c, (ProgressCallback, PrinterCallback))]
+    assert len(printers) == 1 and isinstance(printers[0], CompactLogCallback)
+    assert callback.progress_bar is not disable_tqdm
+    capsys.readouterr()
+    trainer.train()
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith(("step ", "done:"))]
+    assert [line.split(" | ")[0] for line in lines[:2]] == ["step 1/2", "step 2/2"]
+    assert len(lines) == 3 and lines[2].startswith("done: 2 steps in ") and " | mean loss " in lines[2]
+    assert all("rewards/parity_reward/mean" in line and "reward " in line for line in lines[:2])
+    assert "{'loss'" not in out and "'grad_norm'" not in out  # no dict printed
+    history = trainer.state.log_history  # what report_to and trainer_state.json get: every key, untouched
+    assert {"loss", "grad_norm", "learning_rate", "reward", "reward_std", "entropy", "completions/max_length",
+            "rewards/parity_reward/mean", "step"} <= set(history[0])
+    assert "train_runtime" in history[-1]
+
+
+def test_known_warnings_are_filtered_by_message_only(monkeypatch):
+    monkeypatch.setattr(reporting, "_FILTERS_INSTALLED", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reporting.filter_known_warnings()
+        reporting.filter_known_warnings()  # once: the filter list does not grow
+        installed = [f for f in warnings.filters if f[0] == "ignore" and f[1] is not None]
+        for text, category in [
+            ("`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` "
+             "instead.", FutureWarning),
+            ("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use ...", FutureWarning),
+            ("`gradient_checkpointing_disable` is deprecated and will be removed in v6. Use ...", FutureWarning),
+            ("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use ...", FutureWarning),
+            ("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory won't "
+             "be used.", UserWarning),
+            ("`max_length` is deprecated and will be removed in v6", FutureWarning),  # another: still shown
+            ("'pin_memory' argument is set as true but no accelerator is found", FutureWarning),  # other category
+        ]:
+            warnings.warn(text, category)
+    shown = [str(w.message) for w in caught]
+    assert shown == ["`max_length` is deprecated and will be removed in v6",
+                     "'pin_memory' argument is set as true but no accelerator is found"]
+    assert len([f for f in installed if f[1].pattern in {m for _, m in reporting.KNOWN_WARNINGS}]) == 2
