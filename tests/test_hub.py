@@ -170,7 +170,7 @@ def test_ase_card_says_no_link_was_verified(tmp_path, smollm2_tokenizer):
     assert "the embedded arithmetic ladder of trl_explore (trl_explore.data.ladder)" in body
     ase = _section(body, "### ASE-GRPO hyperparameters")
     assert "| `num_vectors` | `2` |" in ase and "| `steering_alpha` | `0.5` |" in ase and "| `is_cap` | `2` |" in ase
-    assert "include_offline_in_bank" not in ase  # an OGERASEConfig field: left out of ASEConfig's table
+    assert "| `include_offline_in_bank` | `False` |" in ase  # an ASE option (it matters only beside OGER)
     assert "Authors and venue: see the paper" not in body and "@misc{ase_grpo" in body
 
 
@@ -203,7 +203,7 @@ def test_plain_driver_card_is_grpo_cited_as_grpo(tmp_path, smollm2_tokenizer):
                       bf16=False)
     trainer = ExplorationTrainer(make_tiny_causal_lm(smollm2_tokenizer), [parity_reward], args=args,
                                  train_dataset=ase_dataset(4), processing_class=smollm2_tokenizer)
-    assert trainer.components == []
+    assert trainer.components == ()
     trainer.create_model_card(model_name="grpo-test", dataset_name="champ")
     meta, body = _card(tmp_path / "out")
     _check_common(meta, body, ["GRPO"])

@@ -242,6 +242,7 @@ class Component:
             refused when the trainer is built, so user columns reach the reward functions unchanged.
         tags: model-card tags.
         card: the method's model-card entry (a ``trl_explore.hub.MethodCard``), or None.
+        console_keys: the metrics the compact console line shows (``trl_explore.reporting``; globs allowed).
 
     Attributes:
         trainer: the trainer, set by :meth:`setup`.
@@ -253,6 +254,7 @@ class Component:
     reward_field_names: ClassVar[tuple[str, ...]] = ()
     tags: ClassVar[tuple[str, ...]] = ()
     card: ClassVar[Any] = None
+    console_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options=None):
         self.options = options

@@ -24,7 +24,7 @@ from trl_explore.components import TrainerPlan
 from trl_explore.config import ExplorationConfig
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
 from trl_explore.distributed import check_launch
-from trl_explore.hub import create_model_card
+from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_position_ids_supported, mask_positions
 from trl_explore.resume import ResumableTrainerMixin
 from trl_explore.rewards.checks import check_column_clash, check_finite_rewards, not_scored_counts
@@ -79,6 +79,7 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
 
     def __init__(self, model, reward_funcs=None, args=None, components=(), **kwargs):
         model, args = resolve_model_and_config(model, args, ExplorationConfig, "explore", check_type=False)
+        check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
         default_rewards = reward_funcs is None
         if default_rewards:
             from trl_explore.rewards.math_verify_reward import MathVerifyReward

@@ -290,7 +290,9 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
 
     args = trainer.args
     model_name = model_name or pathlib.Path(args.output_dir).name
-    methods = [c.card for c in getattr(trainer, "components", ()) if getattr(c, "card", None)]
+    components = [c for c in getattr(trainer, "components", ()) if getattr(c, "card", None)]
+    methods = [c.card for c in components]
+    sources = {id(c.card): getattr(c, "options", None) or args for c in components}  # a component's own options
     grpo = grpo_card()
     shown = methods or [grpo]
     method_names = " + ".join(m.name for m in shown)
@@ -334,7 +336,7 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
     if badges:
         lines.append("- Logs: " + ", ".join(badges) + ".")
     for method in [grpo, *methods]:
-        rows = hyperparameter_rows(method, args)
+        rows = hyperparameter_rows(method, sources.get(id(method), args))
         if rows:
             lines += ["", f"### {method.name} hyperparameters", "", *_table(rows)]
     lines += ["", "## Quick start", "", "```python", "from transformers import pipeline", "",

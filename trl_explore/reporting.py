@@ -146,13 +146,16 @@ class CompactLogCallback(ProgressCallback):
             super().on_train_end(args, state, control, **kwargs)
 
 
-def use_compact_logs(trainer, method_keys: Sequence[str] = ()) -> CompactLogCallback:
+def use_compact_logs(trainer, method_keys: Sequence[str] | None = None) -> CompactLogCallback:
     """Replace ``trainer``'s dict-printing callbacks (``ProgressCallback``, ``PrinterCallback``) by a
-    :class:`CompactLogCallback` showing ``method_keys``; keeps a progress bar where Transformers had one.
+    :class:`CompactLogCallback` showing ``method_keys`` (default: the ``console_keys`` its components declare); keeps a
+    progress bar where Transformers had one.
 
     Returns:
         The installed callback.
     """
+    if method_keys is None:
+        method_keys = [key for c in getattr(trainer, "components", ()) for key in getattr(c, "console_keys", ())]
     handler = trainer.callback_handler
     printers = [c for c in handler.callbacks if type(c) in (ProgressCallback, PrinterCallback, CompactLogCallback)]
     had_bar = any(isinstance(c, ProgressCallback) and getattr(c, "progress_bar", True) for c in printers)

@@ -63,6 +63,7 @@ class ASEComponent(Component):
     options_class = ASEOptions
     tags = ("ase-grpo", "activation-steering")
     card = ASE_CARD  # the model card's entry (trl_explore.hub)
+    console_keys = ("ase/num_pairs", "ase/answer_disagreement", "ase/route_*_accuracy", "ase/is_weight_mean")
 
     def __init__(self, options: ASEOptions | None = None, bank: SteeringVectorBank | None = None):
         super().__init__(options)

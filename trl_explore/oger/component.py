@@ -65,6 +65,7 @@ class OGERComponent(Component):
     reward_field_names = fields.REWARD_FIELDS
     tags = ("oger",)
     card = OGER_CARD  # the model card's entry (trl_explore.hub)
+    console_keys = ("oger/reward_mean", "oger/failed_ratio", "oger/divergence_mean", "oger/offline_token_prob_mean")
 
     def __init__(self, options: OGEROptions | None = None, encoder: TrajectoryEncoder | None = None):
         super().__init__(options)
