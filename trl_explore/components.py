@@ -190,6 +190,10 @@ class ForwardResult:
     call: ForwardCall
     forward: Forward
 
+    @property
+    def mode(self) -> str:
+        return self.call.mode
+
 
 @dataclasses.dataclass(frozen=True)
 class ScoredBatch:
