@@ -83,3 +83,61 @@ def model_init_kwargs(model_args) -> dict:
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
     return {"revision": model_args.model_revision, "attn_implementation": model_args.attn_implementation,
             "dtype": dtype}
+
+
+def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, argv: Sequence[str] | None = None,
+                 after_train=None):
+    """What each training script does: parse (method options first in ``--help``; the default ``recipe`` without
+    ``--config``), check Hub access, load the data, build ``trainer_cls``, train, save, write the card and print one
+    readable summary.
+
+    Args:
+        trainer_cls, config_cls: the preset trainer and its config (``OGERTrainer``, ``OGERConfig``; ...).
+        recipe: the YAML used when no ``--config`` is given.
+        tag: the prefix of the summary lines (``[train_oger] ...``).
+        script_cls: the script's data arguments (default :class:`~trl_explore.data.training_data.DataArguments`; a
+            subclass may add options).
+        argv: the arguments (default ``sys.argv[1:]``).
+        after_train: ``after_train(trainer, script_args, dataset) -> lines`` printed with the summary.
+
+    Returns:
+        The trained trainer (its process group already ended).
+    """
+    import time
+
+    from trl import ModelConfig, get_peft_config
+
+    from trl_explore.data.training_data import DataArguments, load_training_data
+    from trl_explore.hub import check_hub_access
+    from trl_explore.reporting import (filter_known_warnings, finish_run, silence_trl_completion_panel,
+                                       use_compact_logs)
+
+    filter_known_warnings()
+    script_cls = script_cls or DataArguments
+    script_args, training_args, model_args = parse_args((script_cls, config_cls, ModelConfig), recipe, argv,
+                                                        sections=(script_cls,))
+    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
+    start = time.perf_counter()
+    if not script_args.completion_panel:
+        silence_trl_completion_panel()
+    training_args.model_init_kwargs = model_init_kwargs(model_args)
+    model_name = model_args.model_name_or_path or "embedded"
+    tokenizer = None
+    if script_args.max_prompt_tokens is not None:
+        from transformers import AutoTokenizer
+
+        from trl_explore.defaults import resolve_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
+    offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
+    dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
+                                 tokenizer=tokenizer,
+                                 offline_column=getattr(training_args, "offline_completions_column", ""))
+    trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args))
+    use_compact_logs(trainer)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    lines = tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ()
+    finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
+               tuple(f"{c.name}/" for c in trainer.components), time.perf_counter() - start, lines=lines)
+    trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)
+    return trainer

@@ -1,0 +1,118 @@
+"""The training data of the example scripts: :class:`DataArguments` (their data options) and
+:func:`load_training_data` (one split, checked and filtered, in the columns the trainers read)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from trl_explore.data.difficulty import PassRateFilterArguments
+
+
+@dataclass
+class DataArguments(PassRateFilterArguments):
+    """Which data the training scripts train on, and how it is filtered."""
+
+    section = "Data options (trl_explore.data.DataArguments)"
+
+    dataset_name: str = field(
+        default="ladder",
+        metadata={"help": "'ladder' (the generated arithmetic ladder with four teacher styles; splits train, "
+                  "validation, test), 'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), a "
+                  "folder saved with save_to_disk, or a Hub dataset id (prompt and answer columns; OGER also needs "
+                  "offline_completions: see docs/own-data.md)."},
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    ladder_levels: list[str] | None = field(
+        default=None,
+        metadata={"help": "With dataset_name 'ladder': the levels to train on (default: all; trl_explore.data.LEVELS)."},
+    )
+    champ_settings: list[str] | None = field(
+        default=None,
+        metadata={"help": "With dataset_name 'champ': the CHAMP prompt settings whose solutions are kept (default: "
+                  "all 18)."},
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N prompts."})
+    min_offline_completions: int = field(
+        default=0, metadata={"help": "OGER: drop prompts with fewer offline trajectories than this (0 keeps all)."}
+    )
+    dedupe_prompts: bool = field(
+        default=True,
+        metadata={"help": "ASE-GRPO: drop repeated prompts (the Hub copy of DAPO-Math-17k holds its prompts ~100 "
+                  "times)."},
+    )
+    max_prompt_tokens: int | None = field(
+        default=None, metadata={"help": "Drop prompts longer than this many tokens (chat template applied)."}
+    )
+    completion_panel: bool = field(
+        default=False,
+        metadata={"help": "With log_completions: print TRL's per-step panel of completions. Off: the rows are still "
+                  "saved in <output_dir>/completions/, and the last step's are printed as one table at the end."},
+    )
+
+
+def _prompt_key(prompt) -> str:
+    return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def load_training_data(data_args: DataArguments, max_completion_length: int, offline: bool = True, tokenizer=None,
+                       offline_column: str = "offline_completions"):
+    """The training split named by ``data_args``, with ``prompt``, ``answer`` and ``problem_id`` columns, and the
+    offline columns when ``offline`` (OGER).
+
+    The embedded sets keep only teacher trajectories of at most ``max_completion_length - 1`` tokens (with its EOS a
+    longer one would lose its answer). A verl parquet layout (``reward_model.ground_truth``) is mapped to ``answer``;
+    without a ``problem_id`` column, a hash of the prompt is used. Without ``offline``, repeated prompts are dropped
+    (``dedupe_prompts``). Then the pass-rate filter and ``max_train_samples`` apply.
+
+    Raises:
+        ValueError: no prompt left after filtering (the message names the filters).
+    """
+    from trl_explore.data.loading import load_split
+
+    options = {}
+    if data_args.dataset_name in ("champ", "ladder"):
+        options["max_length"] = max_completion_length - 1
+        if data_args.dataset_name == "champ":
+            options["settings"] = data_args.champ_settings
+        else:
+            options["levels"] = data_args.ladder_levels
+    dataset = load_split(data_args.dataset_name, data_args.dataset_train_split, **options)
+    if "answer" not in dataset.column_names and "reward_model" in dataset.column_names:  # verl parquet layout
+        dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
+    if "problem_id" not in dataset.column_names:
+        dataset = dataset.map(lambda row: {"problem_id": _prompt_key(row["prompt"])[:16]})
+    if offline and data_args.min_offline_completions > 0:
+        dataset = dataset.filter(lambda row: len(row[offline_column]) >= data_args.min_offline_completions)
+    if not offline:
+        dataset = dataset.select_columns(["prompt", "answer", "problem_id"])  # the offline trajectories are not used
+        if data_args.dedupe_prompts:
+            seen: set[str] = set()
+
+            def first_time(row) -> bool:
+                key = _prompt_key(row["prompt"])
+                if key in seen:
+                    return False
+                seen.add(key)
+                return True
+
+            dataset = dataset.filter(first_time)  # single process: `seen` is shared across rows
+    if data_args.max_prompt_tokens is not None and tokenizer is not None:
+        def short_enough(row) -> bool:
+            ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+            return len(ids) <= data_args.max_prompt_tokens
+
+        dataset = dataset.filter(short_enough)
+    dataset = data_args.filter_dataset(dataset, max_completion_length)
+    if data_args.max_train_samples is not None:
+        dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(
+            f"no training prompt left in {data_args.dataset_name!r} after filtering (min_offline_completions="
+            f"{data_args.min_offline_completions}, max_prompt_tokens={data_args.max_prompt_tokens}, min_pass_rate="
+            f"{data_args.min_pass_rate}; teacher trajectories must fit in max_completion_length="
+            f"{max_completion_length} tokens): relax a filter or raise max_completion_length"
+        )
+    return dataset
