@@ -22,6 +22,7 @@ from trl_explore import (ASEComponent, ASEOptions, ComponentOptions, Exploration
                          OGERComponent, OGEROptions, OGERRewardFunction)
 from trl_explore.components import Component, Needs
 from trl_explore.oger.entropy import entropy_from_logits
+from trl_explore.testing import parity_reward
 
 NUM_GENERATIONS = 4
 TEACHERS = [["Zero plus zero is 0, so the answer is \\boxed{0}."], ["One plus one is 2, so the answer is \\boxed{2}."]]
@@ -103,11 +104,6 @@ def test_options_are_checked_and_read_from_the_command_line():
 
 
 # ---------------------------------------------------------------------------------------------------- composed runs
-def parity_reward(completions, **kwargs):
-    """Synthetic verifier: 'correct' when the completion has an even number of characters (gives mixed groups)."""
-    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
-
-
 def _dataset():
     return Dataset.from_list([
         {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}",

@@ -12,7 +12,7 @@ The public names below are imported lazily, so ``import trl_explore`` pulls in n
 sentence-transformers (nor TRL) until a name that needs them is used.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -43,21 +43,7 @@ _LAZY = {
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",
 }
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trl_explore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # cache: the next access skips this function
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only

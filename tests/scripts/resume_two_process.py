@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from test_resume import parity_reward  # noqa: E402
+from trl_explore.testing import parity_reward  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from trl_explore import ASEConfig, ASEGRPOTrainer  # noqa: E402

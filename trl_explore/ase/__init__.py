@@ -4,7 +4,7 @@ The four public names are imported on first use, so ``import trl_explore.ase.ban
 ``importance``, ``steering``) stays light: TRL is imported only with ``ASEConfig`` / ``ASEGRPOTrainer``.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 from typing import TYPE_CHECKING
 
 _LAZY = {
@@ -15,21 +15,7 @@ _LAZY = {
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",
 }
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trl_explore.ase' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only

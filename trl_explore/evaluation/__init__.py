@@ -18,7 +18,7 @@ Command line: ``python examples/evaluate.py`` and ``python examples/plot.py RUN_
 Names are loaded on first access: importing this package loads neither torch nor transformers.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 
 _LAZY = {
     "ASE_PANELS": "trl_explore.evaluation.plots",
@@ -58,14 +58,4 @@ _LAZY = {
     "summarize_benchmark": "trl_explore.evaluation.scoring",
     "temperature_sweep": "trl_explore.evaluation.sweeps",
 }
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'trl_explore.evaluation' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -4,7 +4,7 @@
 modules (``exploration``, ``replacement``, ``policy_shaping``, ``entropy``) stay light.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 
 _LAZY = {
     "OGERComponent": "trl_explore.oger.component",
@@ -13,10 +13,4 @@ _LAZY = {
     "OGERRewardFunction": "trl_explore.oger.reward",
     "OGERTrainer": "trl_explore.oger.trainer",
 }
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'trl_explore.oger' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

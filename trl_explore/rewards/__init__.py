@@ -4,7 +4,7 @@
 Loaded on first access, so ``import trl_explore.rewards`` pulls in neither torch nor math-verify.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 
 _LAZY = {
     "GRADER_MODES": "trl_explore.rewards.grading",
@@ -17,11 +17,4 @@ _LAZY = {
     "math_reward": "trl_explore.rewards.math_verify_reward",
     "verify_answer": "trl_explore.rewards.math_verify_reward",
 }
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'trl_explore.rewards' has no attribute {name!r}")
-    attribute = "MODES" if name == "GRADER_MODES" else name
-    return getattr(importlib.import_module(_LAZY[name]), attribute)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY, aliases={"GRADER_MODES": "MODES"})

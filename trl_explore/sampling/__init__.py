@@ -16,7 +16,7 @@ Shared code: imports no method package (``ase``, ``oger``) and neither ``data`` 
 access, so ``import trl_explore.sampling`` pulls in neither torch nor transformers.
 """
 
-import importlib
+from trl_explore.lazy import lazy_exports
 
 _LAZY = {
     "BACKENDS": "trl_explore.sampling.backends",
@@ -32,14 +32,4 @@ _LAZY = {
     "request_seeds": "trl_explore.sampling.seeds",
     "vllm_available": "trl_explore.sampling.vllm",
 }
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'trl_explore.sampling' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
