@@ -563,3 +563,27 @@ def test_evaluation_imports_no_method_package():
     lazy = {**trl_explore.evaluation._LAZY, **runner_module._MOVED}
     assert not [m for m in lazy.values() if m.startswith(methods)]
 
+
+
+def test_paired_bootstrap_interval_on_hand_computed_values():
+    from trl_explore.evaluation.metrics import paired_bootstrap_interval
+
+    # every problem gains exactly 0.25: the mean and both ends of the interval are 0.25
+    assert paired_bootstrap_interval([0.0, 0.5, 0.25], [0.25, 0.75, 0.5], num_resamples=200) == pytest.approx(
+        (0.25, 0.25, 0.25))
+    # two problems, differences +1 and -1: resamples give means -1, 0, +1 with weights 1/4, 1/2, 1/4
+    mean, low, high = paired_bootstrap_interval([0.0, 1.0], [1.0, 0.0], num_resamples=20_000, seed=1)
+    assert mean == 0.0 and low == -1.0 and high == 1.0
+    mean, low, high = paired_bootstrap_interval([0.0, 1.0], [1.0, 0.0], num_resamples=20_000, confidence=0.4)
+    assert low == 0.0 and high == 0.0  # the middle 40% of a distribution with half its mass at 0
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_bootstrap_interval([0.0], [0.0, 1.0])
+
+
+def test_distinct_answer_fraction():
+    from trl_explore.evaluation.metrics import distinct_answer_fraction
+
+    assert distinct_answer_fraction(["4", "4", "5", "5", None, "7"], 2) == pytest.approx(1 / 3)
+    assert distinct_answer_fraction(["4", "4", "4"], 3) == 0.0
+    with pytest.raises(ValueError, match="positive multiple"):
+        distinct_answer_fraction(["4"], 2)

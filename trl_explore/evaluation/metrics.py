@@ -282,3 +282,56 @@ def pairwise_answer_disagreement(answers: Sequence[str | None], num_generations:
                 counted += 1
                 differing += group[i] != group[j]
     return differing / counted if counted else None
+
+
+def paired_bootstrap_interval(before: Sequence[float], after: Sequence[float], num_resamples: int = 10_000,
+                              confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """The mean of ``after - before`` over problems, with a percentile bootstrap interval that resamples problems.
+
+    Each problem's two scores (e.g. its mean@k before and after training) stay paired; ``num_resamples`` draws of
+    ``P`` problems with replacement give the distribution of the mean difference (Efron's percentile interval).
+
+    Args:
+        before, after: ``[P]`` per-problem scores (same problems, same order), ``P >= 1``.
+        num_resamples: bootstrap draws (default 10,000).
+        confidence: the interval's coverage (default 0.95: the 2.5th and 97.5th percentiles).
+        seed: the resampling generator's seed (the interval is a function of the data and the seed).
+
+    Returns:
+        ``(mean difference, low, high)``.
+
+    Raises:
+        ValueError: empty or unequal lengths, non-finite scores, ``confidence`` outside (0, 1), ``num_resamples < 1``.
+    """
+    a, b = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need two equal-length, non-empty 1-D score lists, got shapes {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("scores must be finite")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_int(num_resamples, "num_resamples", 1)
+    diff = b - a
+    rng = np.random.default_rng(seed)
+    draws = diff[rng.integers(0, diff.size, size=(num_resamples, diff.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return float(diff.mean()), float(low), float(high)
+
+
+def distinct_answer_fraction(answers: Sequence[str | None], num_samples: int) -> float:
+    """Fraction of problems whose ``num_samples`` answers are not all the same (``None``, no answer, counts as an
+    answer of its own): the share of problems on which sampling still explores.
+
+    Args:
+        answers: ``P * n`` extracted answers, problem-major.
+        num_samples: ``n >= 1``.
+
+    Raises:
+        ValueError: ``len(answers)`` is not a positive multiple of ``num_samples``.
+    """
+    _check_int(num_samples, "num_samples", 1)
+    if not answers or len(answers) % num_samples != 0:
+        raise ValueError(f"len(answers)={len(answers)} is not a positive multiple of num_samples={num_samples}")
+    groups = [answers[i : i + num_samples] for i in range(0, len(answers), num_samples)]
+    return sum(len(set(group)) > 1 for group in groups) / len(groups)
