@@ -29,9 +29,15 @@ class ScriptArguments(PassRateFilterArguments):
     dataset_name: str = field(
         default="champ",
         metadata={
-            "help": "'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), a folder saved "
+            "help": "'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), 'ladder' (the "
+            "generated arithmetic ladder with four teacher styles; splits train/validation/test), a folder saved "
             "by examples/build_offline_dataset.py, or a Hub dataset id with the same columns."
         },
+    )
+    ladder_levels: list[str] | None = field(
+        default=None,
+        metadata={"help": "With dataset_name 'ladder': the levels to train on (default: all; names in "
+                  "trl_explore.data.LEVELS: one_digit, two_plus_one, two_digit, two_ops, word)."},
     )
     champ_settings: list[str] | None = field(
         default=None,
@@ -54,9 +60,15 @@ def load_train_dataset(script_args: ScriptArguments, training_args: OGERConfig):
     """The training split named by the script arguments (see `ScriptArguments.dataset_name`)."""
     from trl_explore.data.loading import load_split
 
-    # with CHAMP, teacher trajectories must fit in a completion (with its EOS), or their answer is cut off
-    champ = dict(max_length=training_args.max_completion_length - 1, settings=script_args.champ_settings)
-    dataset = load_split(script_args.dataset_name, script_args.dataset_train_split, **champ)
+    # teacher trajectories must fit in a completion (with its EOS), or their answer is cut off
+    options = dict(max_length=training_args.max_completion_length - 1)
+    if script_args.dataset_name == "champ":
+        options["settings"] = script_args.champ_settings
+    elif script_args.dataset_name == "ladder":
+        options["levels"] = script_args.ladder_levels
+    else:
+        options = {}
+    dataset = load_split(script_args.dataset_name, script_args.dataset_train_split, **options)
     if script_args.min_offline_completions > 0:
         column = training_args.offline_completions_column
         dataset = dataset.filter(lambda row: len(row[column]) >= script_args.min_offline_completions)
