@@ -381,3 +381,28 @@ def test_oger_trainer_takes_ladder_rows_and_trains_one_step(tmp_path, smollm2_to
     assert len(offline) == 1 and offline["math_reward"].tolist() == [1.0]
     assert offline["teacher"].iloc[0] in TEACHER_STYLES
     assert any(not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
+
+
+def test_train_oger_script_loads_the_ladder_recipe_training_rows():
+    """examples/train_oger.py's load_train_dataset on recipes/oger_smollm2_ladder_cpu.yaml: the recipe's level mix,
+    every teacher solution kept (all fit max_completion_length - 1 tokens)."""
+    import importlib.util
+    import pathlib
+
+    from trl import ModelConfig, TrlParser
+
+    from trl_explore import OGERConfig
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("train_oger", root / "examples" / "train_oger.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["train_oger"] = script  # dataclasses look their module up there
+    spec.loader.exec_module(script)
+    recipe = root / "recipes" / "oger_smollm2_ladder_cpu.yaml"
+    script_args, training_args, _ = TrlParser((script.ScriptArguments, OGERConfig, ModelConfig)).parse_args_and_config(
+        args=["--config", str(recipe)]
+    )
+    rows = script.load_train_dataset(script_args, training_args)
+    assert set(rows["level"]) == set(script_args.ladder_levels)
+    assert len(rows) == 100 * len(script_args.ladder_levels)
+    assert all(teachers == list(TEACHER_STYLES) for teachers in rows["offline_teachers"])
