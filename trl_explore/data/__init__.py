@@ -9,6 +9,13 @@ Typical use::
     report.save("out/")               # offline_stats.md / .json, offline_lengths.png (Figure 4)
 
 or, with no arguments at all, ``load_default_offline_dataset()`` (CHAMP, cached on disk).
+
+The task ladder (:mod:`trl_explore.data.ladder`): generated arithmetic at graded difficulty, with solutions in four
+teacher styles, on which the embedded policy's groups mix right and wrong answers::
+
+    from trl_explore.data import ladder_dataset
+
+    splits = ladder_dataset(levels=["one_digit", "two_ops"])   # DatasetDict: train / validation / test
 """
 
 from trl_explore.data.builder import (
@@ -20,15 +27,28 @@ from trl_explore.data.builder import (
     save_offline_dataset,
 )
 from trl_explore.data.generation import generated_records
+from trl_explore.data.ladder import (
+    LADDER_COLUMNS,
+    LEVELS,
+    LadderProblem,
+    ladder_dataset,
+    ladder_problems,
+    ladder_prompt,
+)
+from trl_explore.data.ladder_teachers import TEACHER_STYLES
 from trl_explore.data.prompts import PROMPT_PRESETS, PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records, luffy_records, teacher_column_records
 from trl_explore.data.stats import BuildReport, TeacherStats
 
 __all__ = [
     "DEFAULT_OUTPUT_DIR",
+    "LADDER_COLUMNS",
+    "LEVELS",
     "OFFLINE_COLUMNS",
     "PROMPT_PRESETS",
+    "TEACHER_STYLES",
     "BuildReport",
+    "LadderProblem",
     "OfflineDatasetBuilder",
     "ProblemRecord",
     "PromptPreset",
@@ -38,6 +58,9 @@ __all__ = [
     "champ_records",
     "generated_records",
     "get_prompt_preset",
+    "ladder_dataset",
+    "ladder_problems",
+    "ladder_prompt",
     "load_default_offline_dataset",
     "luffy_records",
     "save_offline_dataset",

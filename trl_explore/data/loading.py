@@ -1,19 +1,22 @@
-"""Load one split of a training set by name: the embedded CHAMP set, a saved folder, or a Hub dataset."""
+"""Load one split of a data set by name: the embedded CHAMP set, the task ladder, a saved folder, or a Hub dataset."""
 
 from __future__ import annotations
 
 import os
 
 
-def load_split(dataset_name: str, split: str = "train", **champ_kwargs):
+def load_split(dataset_name: str, split: str = "train", **options):
     """One split of a dataset named the way the example scripts accept it.
 
     Args:
         dataset_name: ``"champ"`` (the embedded CHAMP multi-teacher set, built and cached on first use by
-            :func:`trl_explore.data.load_default_offline_dataset`), a folder written by ``save_to_disk``
-            (a ``Dataset`` or a ``DatasetDict``), or a Hugging Face Hub dataset id (needs network).
+            :func:`trl_explore.data.load_default_offline_dataset`; splits ``train``, ``test``), ``"ladder"`` (the
+            generated arithmetic ladder, :func:`trl_explore.data.ladder_dataset`; splits ``train``, ``validation``,
+            ``test``), a folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``), or a Hugging Face
+            Hub dataset id (needs network).
         split: the split to return (ignored for a folder holding a single ``Dataset``).
-        champ_kwargs: keyword arguments of ``load_default_offline_dataset`` (``"champ"`` only).
+        options: keyword arguments of ``load_default_offline_dataset`` (``"champ"``) or of ``ladder_dataset``
+            (``"ladder"``); none for other names.
 
     Returns:
         ``datasets.Dataset``.
@@ -24,7 +27,11 @@ def load_split(dataset_name: str, split: str = "train", **champ_kwargs):
     if dataset_name == "champ":
         from trl_explore.data.builder import load_default_offline_dataset
 
-        splits = load_default_offline_dataset(**champ_kwargs)
+        splits = load_default_offline_dataset(**options)
+    elif dataset_name == "ladder":
+        from trl_explore.data.ladder import ladder_dataset
+
+        splits = ladder_dataset(**options)
     elif os.path.isdir(dataset_name):
         from datasets import load_from_disk
 
