@@ -208,7 +208,8 @@ def grade_batch(
     num_workers: int = 1,
     prompts: Sequence[Any] | None = None,
     terminated: Sequence[bool | None] | None = None,
-) -> list[bool | None]:
+    outcomes: bool = False,
+) -> list[bool | str | None]:
     """Verdicts for ``(completion, gold)`` pairs, graded on ``num_workers`` worker processes.
 
     Args:
@@ -224,9 +225,12 @@ def grade_batch(
             not judge).
         terminated: per completion, whether it ended with an EOS token (None entries: unknown), same length
             (default None: the ``"unterminated"`` guard does not judge).
+        outcomes: give ``"timeout"`` for a pair past the timeout and ``"error"`` for one whose worker failed, instead
+            of False with a warning (default False; the offline builder caches only real verdicts).
 
     Returns:
-        ``list[bool | None]``: True/False, or None where the gold cannot be parsed.
+        ``list[bool | None]``: True/False, or None where the gold cannot be parsed (and, with ``outcomes``,
+        ``"timeout"`` / ``"error"``).
 
     Raises:
         ValueError: lengths differ, ``golds`` is one string, a gold is a list or dict (naming the row), a bad mode
@@ -245,12 +249,14 @@ def grade_batch(
     texts = [completion_text(c) for c in completions]
     tasks = [(text, _gold_text(gold, row), options, prompt_texts[row], ended[row])
              for row, (text, gold) in enumerate(zip(texts, golds))]  # fmt: skip
-    verdicts: list[bool | None] = []
+    verdicts: list[bool | str | None] = []
     for (text, gold, *_), (status, value) in zip(tasks, _run(_grade_task, tasks, timeout_seconds, num_workers)):
         if status == "ok":
             verdicts.append(bool(value))
         elif status == "gold_error":
             verdicts.append(None)
+        elif outcomes:
+            verdicts.append("timeout" if status == "timeout" else "error")
         else:  # a timeout, or an error on strange input: score 0, loudly
             logger.warning("grading scored 0 (%s) for completion %s against gold %s", value, _short(text), _short(str(gold)))
             verdicts.append(False)
