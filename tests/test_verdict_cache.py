@@ -139,3 +139,7 @@ def test_the_progress_bar_says_what_it_does(smollm2_tokenizer, tmp_path, monkeyp
     monkeypatch.setattr(filters, "tqdm", recording)
     _build(smollm2_tokenizer, tmp_path)
     assert descriptions == ["Verifying teacher answers (cached after the first build)"]
+
+
+def test_golds_parseable_in_one_call():
+    assert filters.golds_parseable(["4", "See the proof.", "2^(n-1)"], num_proc=2) == [True, False, True]

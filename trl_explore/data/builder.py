@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from trl_explore.data.filters import (
     TEACHER_VERDICTS_DESC,
     duplicate_flags,
-    gold_is_parseable,
+    golds_parseable,
     judge_completions,
     token_lengths,
 )
@@ -163,7 +163,7 @@ def judge_records(
     """
     texts = [text for r in records for _, text in r.completions]
     lengths = iter(token_lengths(texts, tokenizer))
-    parseable = {r.problem_id: gold_is_parseable(r.answer) for r in records}
+    parseable = dict(zip((r.problem_id for r in records), golds_parseable([r.answer for r in records], num_proc)))
     flags = [duplicate_flags(r.completions) for r in records]
     to_judge = [
         (text, r.answer)

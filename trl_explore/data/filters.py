@@ -65,6 +65,13 @@ TEACHER_VERDICTS_DESC = "Verifying teacher answers (cached after the first build
 _SAVE_EVERY = 2048  # new verdicts between two saves of the cache: an interrupted build keeps most of its work
 
 
+def golds_parseable(golds: Sequence[str], num_proc: int = 1) -> list[bool]:
+    """:func:`gold_is_parseable` of each gold, graded on ``num_proc`` worker processes in one call."""
+    from trl_explore.rewards.math_verify_reward import golds_parseable as parseable
+
+    return parseable(golds, num_workers=num_proc)
+
+
 def judge_completions(
     pairs: Sequence[tuple[str, str]],
     num_proc: int = 1,
@@ -101,7 +108,7 @@ def judge_completions(
     if cache is not None:
         cached = len(pairs) - len(todo)
         logger.info("%d of %d teacher verdicts read from %s; grading %d", cached, len(pairs), cache.path, len(todo))
-    chunk, unsaved = 64 * num_proc, 0
+    chunk, unsaved, timeouts = 64 * num_proc, 0, 0
     with tqdm(total=len(todo), desc=desc, disable=not show_progress or not todo, unit="completion") as bar:
         for start in range(0, len(todo), chunk):
             rows = todo[start : start + chunk]
@@ -113,6 +120,7 @@ def judge_completions(
                     raise GoldAnswerError(f"gold answer {gold!r} cannot be parsed")
             for i, verdict in zip(rows, graded):
                 verdicts[i] = verdict is True
+            timeouts += sum(verdict == "timeout" for verdict in graded)
             if cache is not None:
                 cache.add(batch, [None if v == "error" else v for v in graded])
                 unsaved += len(batch)
@@ -122,4 +130,8 @@ def judge_completions(
             bar.update(len(batch))
     if cache is not None:
         cache.save()
+    if timeouts:
+        where = f"; cached as such, delete {cache.path} to grade them again" if cache is not None else ""
+        logger.warning("%d teacher solutions ran past the grader's timeout and count as not verified%s", timeouts,
+                       where)  # fmt: skip
     return verdicts

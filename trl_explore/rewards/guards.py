@@ -200,7 +200,7 @@ _IMPOSSIBLE = re.compile(
         r"(?=\s*[.,;!]|\s*$|\s+(?:exists?|to|for)\b)",
         r"\bno such (?:\w+ )?(?:numbers?|integers?|values?|solutions?|answers?) exists?\b",
         r"\b(?:does not|doesn't|do not|don't|cannot) exist\b",
-        r"\b(?:has|have) no (?:real |integer |valid )?solutions?(?=\s*[.,;!]|\s*$)",
+        # not "... has no real solutions": in "given that f(x) = x has no real solutions, ... is 0" it is a condition
     ]),  # fmt: skip
     re.IGNORECASE,
 )

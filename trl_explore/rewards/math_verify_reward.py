@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 5.0
 __all__ = [
     "DEFAULT_MODE", "DEFAULT_TIMEOUT_SECONDS", "GUARDS", "MODES", "GoldAnswerError", "GraderOptions",
-    "MathVerifyReward", "completion_text", "extract_answer", "grade_batch", "last_boxed_content", "math_reward",
-    "parse_gold", "verify_answer",
+    "MathVerifyReward", "completion_text", "extract_answer", "golds_parseable", "grade_batch", "last_boxed_content",
+    "math_reward", "parse_gold", "verify_answer",
 ]  # fmt: skip
 
 
@@ -326,6 +326,14 @@ def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, k
     if status != "ok":
         raise GoldAnswerError(f"parsing gold answer {_short(str(gold))} failed: {value}")
     return value
+
+
+def golds_parseable(golds: Sequence[Any], *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, num_workers: int = 1,
+                    keep_chained_equalities: bool = True) -> list[bool]:
+    """Whether :func:`parse_gold` parses each gold (None, a timeout or a failed worker: False), in one pool call."""
+    tasks = [(str(gold), keep_chained_equalities) for gold in golds]
+    outcomes = _run(_gold_task, tasks, _check_timeout(timeout_seconds), _check_workers(num_workers))
+    return [gold is not None and status == "ok" for gold, (status, _) in zip(golds, outcomes)]
 
 
 def extract_answer(
