@@ -31,22 +31,31 @@ def duplicate_flags(completions: Sequence[tuple[str, str]]) -> list[bool]:
     return flags
 
 
-def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024) -> list[int]:
-    """Length of each text in tokens of ``tokenizer``, without special tokens.
+def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024, cache=None) -> list[int]:
+    """Length of each text in tokens of ``tokenizer``, without special tokens (each distinct text tokenised once).
 
     Args:
         texts: completions.
         tokenizer: a Hugging Face tokenizer (the policy's).
         batch_size: texts per tokenizer call.
+        cache: a :class:`~trl_explore.data.build_cache.TokenLengthCache` of this tokenizer, or None: cached texts
+            are not tokenised again, new lengths are added to it and saved.
 
     Returns:
         ``list[int]``, one length per text.
     """
-    lengths: list[int] = []
-    for start in range(0, len(texts), batch_size):
-        batch = list(texts[start : start + batch_size])
-        lengths.extend(len(ids) for ids in tokenizer(batch, add_special_tokens=False)["input_ids"])
-    return lengths
+    distinct = list(dict.fromkeys(texts))
+    lengths: dict[str, int] = {}
+    if cache is not None:
+        lengths = {text: n for text, n in zip(distinct, cache.lookup(distinct)) if n is not None}
+        distinct = [text for text in distinct if text not in lengths]
+    for start in range(0, len(distinct), batch_size):
+        batch = distinct[start : start + batch_size]
+        lengths.update(zip(batch, (len(ids) for ids in tokenizer(batch, add_special_tokens=False)["input_ids"])))
+    if cache is not None and distinct:
+        cache.add(distinct, [lengths[text] for text in distinct])
+        cache.save()
+    return [lengths[text] for text in texts]
 
 
 def gold_is_parseable(gold: str) -> bool:
@@ -65,11 +74,18 @@ TEACHER_VERDICTS_DESC = "Verifying teacher answers (cached after the first build
 _SAVE_EVERY = 2048  # new verdicts between two saves of the cache: an interrupted build keeps most of its work
 
 
-def golds_parseable(golds: Sequence[str], num_proc: int = 1) -> list[bool]:
-    """:func:`gold_is_parseable` of each gold, graded on ``num_proc`` worker processes in one call."""
+def golds_parseable(golds: Sequence[str], num_proc: int = 1, cache=None) -> list[bool]:
+    """:func:`gold_is_parseable` of each gold, on ``num_proc`` worker processes in one call; ``cache``: a
+    :class:`~trl_explore.data.build_cache.VerdictCache` to read them from and add them to (None: no cache)."""
     from trl_explore.rewards.math_verify_reward import golds_parseable as parseable
 
-    return parseable(golds, num_workers=num_proc)
+    known = cache.lookup_golds(golds) if cache is not None else [None] * len(golds)
+    todo = [gold for gold, ok in zip(golds, known) if ok is None]
+    found = dict(zip(todo, parseable(todo, num_workers=num_proc))) if todo else {}
+    if cache is not None and found:
+        cache.add_golds(list(found), list(found.values()))
+        cache.save()
+    return [found[gold] if ok is None else ok for gold, ok in zip(golds, known)]
 
 
 def judge_completions(
@@ -89,7 +105,7 @@ def judge_completions(
         show_progress: show a tqdm bar (over the pairs that are not cached).
         desc: the bar's text.
         grader_mode: the grader mode (:data:`trl_explore.rewards.modes.MODES`), as in training and evaluation.
-        cache: a :class:`~trl_explore.data.verdict_cache.VerdictCache` of the same grader mode, or None: cached
+        cache: a :class:`~trl_explore.data.build_cache.VerdictCache` of the same grader mode, or None: cached
             pairs are not graded again, and new verdicts are added to it (saved every 2,048 and at the end).
 
     Returns:
