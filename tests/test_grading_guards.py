@@ -254,3 +254,23 @@ def test_oger_reward_passes_the_trainer_on_to_its_verifier():
     oger(prompts=["p"], completions=[cut], completion_ids=[[5, 7]], answer=["36"], oger_divergence=[0.5],
          log_metric=_Trainer()._log_metric)  # fmt: skip
     assert verifier._last_call[1] == [0.0]  # graded with the trainer's EOS ids: the completion did not end
+
+
+def test_trl_calculate_rewards_passes_what_the_guards_need(smollm2_tokenizer, tiny_model, tmp_path):
+    """TRL 1.16's own `_calculate_rewards`: the prompts reach the echo guard, and the trainer's EOS ids (through
+    the bound `log_metric`) the termination guard."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_completion_length=8,
+                      report_to="none", bf16=False, use_cpu=True)  # fmt: skip
+    data = Dataset.from_dict({"prompt": ["What is 9 + 8?"] * 2, "answer": ["17"] * 2})
+    reward = MathVerifyReward()
+    trainer = GRPOTrainer(tiny_model, reward_funcs=[reward], args=args, train_dataset=data,
+                          processing_class=smollm2_tokenizer)  # fmt: skip
+    eos = smollm2_tokenizer.eos_token_id
+    texts = ["The math solution for 9 + 8 is x.", "So 9 + 8 is 17", "Adding gives 17", "Adding gives 17"]
+    ids = [[5, eos], [5, eos], [5, 6], [5, eos]]
+    inputs = [{"prompt": "What is 9 + 8?", "answer": "17"}] * 4
+    rewards = trainer._calculate_rewards(inputs, ["What is 9 + 8?"] * 4, texts, ids)
+    assert rewards[:, 0].tolist() == [0.0, 1.0, 0.0, 1.0]  # echo; worked; cut off without an anchor; ended
