@@ -262,8 +262,8 @@ def test_trl_calculate_rewards_passes_what_the_guards_need(smollm2_tokenizer, ti
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_completion_length=8,
-                      report_to="none", bf16=False, use_cpu=True)  # fmt: skip
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=8, report_to="none", bf16=False, use_cpu=True)  # fmt: skip
     data = Dataset.from_dict({"prompt": ["What is 9 + 8?"] * 2, "answer": ["17"] * 2})
     reward = MathVerifyReward()
     trainer = GRPOTrainer(tiny_model, reward_funcs=[reward], args=args, train_dataset=data,
