@@ -176,51 +176,52 @@ def is_hedge(text: str, span: AnswerSpan, gold_parsed: list, same_value) -> bool
 # "retraction": the answer taken back or declared impossible
 # --------------------------------------------------------------------------------------------------
 
-_REFERENT = r"(?:that|this|it|which|the (?:above|previous) answer|my (?:previous |last |earlier |first )?answer)"
+_BAD = (r"\s*(?:'s|is|was|seems|must be|would be)\s+(?:(?:clearly|definitely|actually|obviously|also)\s+)?"
+        r"(?:wrong|incorrect|not (?:right|correct|possible|valid|an? (?:valid )?(?:answer|solution))|impossible|"
+        r"invalid|a contradiction|a mistake|an error)\b")
 # words that take an answer back: anywhere after it
 _RETRACTION = re.compile(
     r"|".join([
-        rf"\b{_REFERENT}\s*(?:'s|is|was|seems|must be|would be)\s+(?:(?:clearly|definitely|actually|obviously|"
-        r"also)\s+)?(?:wrong|incorrect|not (?:right|correct|an? (?:valid )?(?:answer|solution))|a mistake|an error)\b",
+        rf"\b(?:my (?:previous |last |earlier |first )?answer|the (?:above|previous) answer){_BAD}",
         r"\b(?:I|we)\s*(?:made|have made|must have made|'ve made)\s+(?:a|an)\s+(?:\w+\s+)?(?:mistake|error)\b",
         r"\b(?:wait|hmm|oops|actually)[,.!]*\s+no\b", r"\bno,?\s+wait\b", r"\bscratch that\b",
-        r"\bon second thought\b",
-        r"\bignore (?:that|this|the above)\b", r"\bthat can(?:no|')t be (?:right|correct)\b",
+        r"\bon second thought\b", r"\bignore (?:that|this|the above)\b", r"\bthat can(?:no|')t be (?:right|correct)\b",
     ]),  # fmt: skip
     re.IGNORECASE,
 )
-# words that declare the answer impossible: only in the rest of its sentence and the next one (a proof that follows
-# an answer may call other cases impossible)
-_IMPOSSIBLE = re.compile(
+# words that call the answer wrong or impossible, or say that none exists: in the rest of its sentence and the next
+# one only (a proof that follows an answer may call other cases impossible); "which" in its own sentence only
+_NEXT_SENTENCE = re.compile(
     r"|".join([
-        rf"\b{_REFERENT}\s*(?:'s|is|was|seems|must be|would be)\s+(?:(?:clearly|definitely|actually|obviously|"
-        r"also)\s+)?(?:impossible|not possible|not valid|invalid|a contradiction)\b",
+        rf"\b(?:that|this|it){_BAD}",
         r"\bthere (?:is|are|exists?) no (?:such )?(?:real |integer |valid |positive |possible )?"
-        r"(?:solutions?|answers?|numbers?|integers?|values?)"
-        r"(?=\s*[.,;!]|\s*$|\s+(?:exists?|to|for)\b)",
+        r"(?:solutions?|answers?|numbers?|integers?|values?)(?=\s*[.,;!]|\s*$|\s+(?:exists?|to|for)\b)",
         r"\bno such (?:\w+ )?(?:numbers?|integers?|values?|solutions?|answers?) exists?\b",
         r"\b(?:does not|doesn't|do not|don't|cannot) exist\b",
         # not "... has no real solutions": in "given that f(x) = x has no real solutions, ... is 0" it is a condition
     ]),  # fmt: skip
     re.IGNORECASE,
 )
+_SAME_SENTENCE = re.compile(rf"\bwhich{_BAD}", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
 
 
 def retraction_after(text: str, span: AnswerSpan) -> str | None:
-    """The words after the answer that take it back (anywhere after it) or declare it impossible (in the rest of its
-    sentence or the next one); None if there are none. An answer Math-Verify reads without an anchor (the last
-    number) is searched from the start of its sentence ("there is no such integer, since 7 is not even")."""
+    """The words after the answer that take it back, or None.
+
+    Searched: anywhere after it for explicit retractions ("I made a mistake", "Wait, no", "scratch that"); in the
+    rest of its sentence and the next one for "that/this/it is wrong/impossible" and "there is no such ..."; in its
+    own sentence for "which is wrong/impossible". An answer Math-Verify reads without an anchor (the last number) is
+    searched from the start of its sentence ("there is no such integer, since 7 is not even").
+    """
     start = span.end
     if not span.anchored:  # Math-Verify read the last number: what takes it back may stand just before it
         start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, span.value_start)), default=0)
     match = _RETRACTION.search(text, start)
     if match:
         return match.group(0)
-    limit, ends = len(text), list(itertools.islice(_SENTENCE_END.finditer(text, span.end), 2))
-    if len(ends) == 2:
-        limit = ends[1].end()
-    match = _IMPOSSIBLE.search(text, start, limit)
+    ends = [m.end() for m in itertools.islice(_SENTENCE_END.finditer(text, span.end), 2)] + [len(text)] * 2
+    match = _SAME_SENTENCE.search(text, start, ends[0]) or _NEXT_SENTENCE.search(text, start, ends[1])
     return match.group(0) if match else None
 
 
