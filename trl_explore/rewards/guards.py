@@ -253,22 +253,46 @@ def _is_literal(normalised: str) -> bool:
     return fraction is not None and int(fraction[2]) > 1 and math.gcd(int(fraction[1]), int(fraction[2])) == 1
 
 
-def prompt_echo(answer: str, gold_text: str, prompt: str) -> bool:
-    """True iff ``answer`` is an expression (not a plain number or fraction) that occurs in ``prompt`` and is not
-    written as the gold is.
+def _strip_brackets(normalised: str) -> str:
+    """``(5-9).`` -> ``5-9``: trailing punctuation and brackets around all of it removed."""
+    normalised = normalised.rstrip(".,;:")
+    while len(normalised) > 2 and normalised[0] == "(" and normalised[-1] == ")":
+        depth = 0
+        for i, char in enumerate(normalised[:-1]):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0 and i > 0:
+                return normalised  # "(1+2)*(3+4)": the outer brackets are not one pair
+        normalised = normalised[1:-1]
+    return normalised
 
-    Compared without spaces, ``$``, braces and ``\\left``/``\\right``, with ``\\times``/``\\cdot``/``*`` and
-    ``\\div``/``/`` unified; the occurrence must not be part of a longer number or name (``2^{10}`` is not in
-    ``2^{105}``). A leading ``x =`` of the answer is ignored.
+
+def prompt_echo(answer: str, gold_text: str, prompt: str, text: str = "", evaluates_to_gold=None) -> bool:
+    """True iff ``answer`` is an expression (not a plain number or fraction) that occurs in ``prompt``, is not
+    written as the gold is, and is not worked out to the gold in ``text``.
+
+    Compared without spaces, ``$``, braces, ``\\left``/``\\right``, trailing punctuation and enclosing brackets,
+    with ``\\times``/``\\cdot``/``*`` and ``\\div``/``/`` unified; the occurrence must not be part of a longer number
+    or name (``2^{10}`` is not in ``2^{105}``). A leading ``x =`` of the answer is ignored.
+
+    Args:
+        answer: the answer that was read; gold_text: the gold; prompt: the prompt's text.
+        text: the completion: an echo it works out ("7 - 5 = 2", "7 - 5 is 2") to a value for which
+            ``evaluates_to_gold(value_text)`` is True is no echo ("So, 2 is the answer to 7 - 5.").
     """
     answer = re.sub(r"^\s*[A-Za-z]\s*=\s*", "", answer)
-    normalised = re.sub(r"\s+", "", _normalise_maths(answer))
+    normalised = _strip_brackets(re.sub(r"\s+", "", _normalise_maths(answer)))
     if not normalised or _is_literal(normalised) or normalised == re.sub(r"\s+", "", _normalise_maths(str(gold_text))):
         return False
     if not re.search(r"[-+*/^!]|\\(?:sqrt|frac|binom)", re.sub(r"^[-+]", "", normalised)):
         return False  # a name or a number with a sign: not an expression that a grader evaluates
     pattern = r"\s*".join(re.escape(char) for char in normalised)
-    return re.search(rf"(?<![\w^_])(?<!\d\.){pattern}(?![\w^_]|\.\d)", _normalise_maths(prompt)) is not None
+    if re.search(rf"(?<![\w^_])(?<!\d\.){pattern}(?![\w^_]|\.\d)", _normalise_maths(prompt)) is None:
+        return False
+    if evaluates_to_gold is not None:
+        worked = rf"{pattern}\s*\)?\s*(?:=|\bis\b|\bequals\b|\bis equal to\b|\bgives\b)\s*({_NUMBER})"
+        if any(evaluates_to_gold(m.group(1)) for m in re.finditer(worked, _normalise_maths(text))):
+            return False
+    return True
 
 
 def prompt_text(prompt: Any) -> str:
@@ -454,8 +478,13 @@ def failed_guard(
         terminated: whether the completion ended with an EOS (None: unknown, ``"unterminated"`` does not judge).
         answer: the final answer as the mode reads it, as text (``"strict"``/``"boxed"`` modes).
     """
+
+    def worked_out(value_text: str) -> bool:  # the completion states this value for the echoed expression
+        value = _parse(value_text)
+        return bool(value) and bool(math_verify.verify(gold_parsed, value, timeout_seconds=None))
+
     if mode != "math_verify":
-        if "prompt_echo" in guards and prompt and answer and prompt_echo(answer, gold_text, prompt):
+        if "prompt_echo" in guards and prompt and answer and prompt_echo(answer, gold_text, prompt, text, worked_out):
             return "prompt_echo"
         return None
     span = locate_answer(text)
@@ -467,6 +496,6 @@ def failed_guard(
         return "hedge"
     if "retraction" in guards and retraction_after(text, span) is not None:
         return "retraction"
-    if "prompt_echo" in guards and prompt and prompt_echo(span.answer, gold_text, prompt):
+    if "prompt_echo" in guards and prompt and prompt_echo(span.answer, gold_text, prompt, text, worked_out):
         return "prompt_echo"
     return None
