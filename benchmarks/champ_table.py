@@ -32,7 +32,7 @@ def main() -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
         dataset = load_default_offline_dataset(cache_root=root, num_proc=args.num_proc, grader_mode=args.grader_mode)
-        (folder,) = pathlib.Path(root).iterdir()
+        (folder,) = pathlib.Path(root).glob("champ-*")
         stats = json.loads((folder / "offline_stats.json").read_text())
     build_seconds = time.perf_counter() - start
 

@@ -37,6 +37,7 @@ from trl_explore.data import (
     save_offline_dataset,
     teacher_column_records,
 )
+from trl_explore.data.build_cache import default_folder
 
 
 @dataclass
@@ -63,6 +64,8 @@ class ScriptArguments:
         seed (`int`, default 0): split seed.
         num_proc (`int`, default 1): Math-Verify processes.
         grader_mode (`str`, default ``"math_verify"``): how teacher answers are graded (as in training).
+        build_cache (`str`, default ``"default"``): folder of cached teacher verdicts and token lengths
+            (``"default"``: ``~/.cache/trl_explore/offline/build_cache``, ``"none"``: compute everything again).
     """
 
     output_dir: str = field(
@@ -97,6 +100,11 @@ class ScriptArguments:
         default="math_verify",
         metadata={"help": "How teacher answers are graded (the trainers' option).",
                   "choices": ["math_verify", "trl", "strict", "boxed"]},
+    )
+    build_cache: str = field(
+        default="default",
+        metadata={"help": "Folder of cached teacher verdicts and token lengths: a rebuild with other settings "
+                          "grades only new solutions ('default': the package cache, 'none': no cache)."},
     )
 
 
@@ -154,6 +162,7 @@ def main(args: ScriptArguments) -> None:
         seed=args.seed,
         num_proc=args.num_proc,
         grader_mode=args.grader_mode,
+        build_cache={"default": default_folder(), "none": None}.get(args.build_cache, args.build_cache),
     )
     dataset, report = builder.build(*sources)
     save_offline_dataset(dataset, args.output_dir)

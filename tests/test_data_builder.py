@@ -511,9 +511,11 @@ def test_cli_on_teacher_columns(tmp_path, smollm2_tokenizer):
     out = tmp_path / "out"
     (args,) = TrlParser(cli.ScriptArguments).parse_args_and_config(
         ["--output_dir", str(out), "--source", "columns", "--data_files", str(data), "--teacher_columns", "r1", "qwen",
-         "--max_length", "50", "--test_fraction", "0", "--system_prompt", "oger"]
+         "--max_length", "50", "--test_fraction", "0", "--system_prompt", "oger",
+         "--build_cache", str(tmp_path / "v")]
     )
     cli.main(args)
+    assert len(list((tmp_path / "v").glob("verdicts-math_verify-*.json"))) == 1
     dataset = load_from_disk(str(out))
     assert dataset["train"][0]["offline_teachers"] == ["r1", "qwen"]
     assert dataset["train"][0]["prompt"][1]["content"] == "This is the problem: 2+2?"
@@ -590,7 +592,7 @@ def test_champ_verdict_checked_by_hand(champ_by_id, problem_id, teacher, mine, w
 CHAMP_0SHOT_TABLE = {
     # teacher: (valid, judged, correct, too_long, duplicates, truncated, unjudged)
     "GPT-3.5": (33, 238, 33, 0, 0, 6, 26),
-    "GPT-4": (55, 241, 55, 0, 0, 2, 27),
+    "GPT-4": (54, 241, 54, 0, 0, 2, 27),  # 55 before the guard-rails of rewards/guards.py
     "GPT-4 Turbo": (75, 239, 75, 0, 0, 4, 27),
     "PaLM 2 Medium": (15, 243, 15, 0, 0, 0, 27),
 }
@@ -600,7 +602,7 @@ CHAMP_0SHOT_TABLE = {
 def champ_zero_shot(tmp_path_factory):
     root = tmp_path_factory.mktemp("offline_cache")
     dataset = B.load_default_offline_dataset(settings=("0-Shot",), cache_root=root)
-    (folder,) = root.iterdir()
+    (folder,) = root.glob("champ-*")
     return root, folder, dataset
 
 
@@ -612,9 +614,9 @@ def test_champ_zero_shot_table(champ_zero_shot):
         for t in saved["teachers"]
     }
     assert table == CHAMP_0SHOT_TABLE
-    assert (saved["problems"], len(saved["unparseable_gold"]), saved["without_valid"]) == (270, 27, 136)
+    assert (saved["problems"], len(saved["unparseable_gold"]), saved["without_valid"]) == (270, 27, 137)
     assert (saved["train_problems"], saved["test_problems"]) == (219, 24)
-    assert round(saved["total"]["accuracy"], 2) == 18.52  # 178 / 961
+    assert round(saved["total"]["accuracy"], 2) == 18.42  # 177 / 961
     assert (folder / "offline_lengths.png").stat().st_size > 0
 
 
@@ -623,7 +625,7 @@ def test_champ_zero_shot_rows(champ_zero_shot):
     train, test = dataset["train"], dataset["test"]
     assert (train.num_rows, test.num_rows) == (219, 24)
     assert not set(train["problem_id"]) & set(test["problem_id"])
-    assert sum(len(c) for c in train["offline_completions"]) + sum(len(c) for c in test["offline_completions"]) == 178
+    assert sum(len(c) for c in train["offline_completions"]) + sum(len(c) for c in test["offline_completions"]) == 177
     for row in train:
         assert len(row["offline_completions"]) == len(row["offline_teachers"])
         assert set(row["offline_teachers"]) <= set(CHAMP_0SHOT_TABLE)
@@ -639,7 +641,7 @@ def test_default_offline_dataset_is_cached(champ_zero_shot, monkeypatch):
     again = B.load_default_offline_dataset(settings=["0-Shot"], cache_root=root)
     assert again["train"]["problem_id"] == dataset["train"]["problem_id"]
     assert json.loads((folder / "build_args.json").read_text())["settings"] == ["0-Shot"]
-    assert [p.name for p in root.iterdir()] == [folder.name]  # no temporary folder left
+    assert sorted(p.name for p in root.iterdir()) == ["build_cache", folder.name]  # no temporary folder left
 
 
 def test_sum_truncated():
@@ -665,11 +667,12 @@ def test_builder_rejects_bad_settings_before_any_work(settings, message):
 # when TRL_EXPLORE_FULL_CHAMP=1 is set (the numbers come from such a run).
 CHAMP_ALL_TABLE = {
     # teacher: (valid, judged, correct, too_long, duplicates, truncated, unjudged)
-    # (the default grader; version 0.1's strict rule gave 389 / 609 / 718 / 220 correct and 50 problems without one)
-    "GPT-3.5": (490, 2968, 490, 0, 1429, 154, 309),
-    "GPT-4": (743, 3033, 743, 0, 1482, 31, 314),
+    # (the default grader; version 0.1's strict rule gave 389 / 609 / 718 / 220 correct and 50 problems without one;
+    # before the guard-rails of rewards/guards.py 490 / 743 / 877 / 277)
+    "GPT-3.5": (486, 2968, 486, 0, 1429, 154, 309),
+    "GPT-4": (738, 3033, 738, 0, 1482, 31, 314),
     "GPT-4 Turbo": (877, 3010, 877, 0, 1466, 76, 308),
-    "PaLM 2 Medium": (277, 3051, 277, 0, 1494, 0, 315),
+    "PaLM 2 Medium": (276, 3051, 276, 0, 1494, 0, 315),
 }
 
 
@@ -677,7 +680,7 @@ CHAMP_ALL_TABLE = {
 @pytest.mark.skipif(not os.environ.get("TRL_EXPLORE_FULL_CHAMP"), reason="5 min build; set TRL_EXPLORE_FULL_CHAMP=1")
 def test_champ_all_settings_table(tmp_path):
     dataset = B.load_default_offline_dataset(cache_root=tmp_path)
-    (folder,) = tmp_path.iterdir()
+    (folder,) = tmp_path.glob("champ-*")
     saved = json.loads((folder / "offline_stats.json").read_text())
     table = {
         t["teacher"]: (t["valid"], t["judged"], t["correct"], t["too_long"], t["duplicates"], t["truncated"], t["unjudged"])

@@ -87,8 +87,12 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         'float("nan") if x is None else x',
         'output["sampling_per_token_logps"] = sampling_per_token_logps',
         "generate_every = self.args.steps_per_generation * self.num_iterations",
+        "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]",
     ),
-    "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",),
+    # MathVerifyReward reads the calling trainer's EOS ids through the bound `log_metric` it is passed, and counts a
+    # completion as ended with the ids TRL's `mask_truncated_completions` counts (the `eos_and_pad` line below)
+    "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",
+                           'reward_kwargs["log_metric"] = self._log_metric'),
     # TRL's policy forward passes no position ids: the driver adds them from the attention mask for models with
     # absolute positions (trl_explore.positions), which reads `attention_mask` from the model call
     "_get_per_token_logps_and_entropies": (

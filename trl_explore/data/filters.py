@@ -7,9 +7,12 @@ Math-Verify, as in the paper); length is counted in tokens of the POLICY's token
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from tqdm.auto import tqdm
+
+logger = logging.getLogger(__name__)
 
 
 def duplicate_flags(completions: Sequence[tuple[str, str]]) -> list[bool]:
@@ -28,22 +31,31 @@ def duplicate_flags(completions: Sequence[tuple[str, str]]) -> list[bool]:
     return flags
 
 
-def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024) -> list[int]:
-    """Length of each text in tokens of ``tokenizer``, without special tokens.
+def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024, cache=None) -> list[int]:
+    """Length of each text in tokens of ``tokenizer``, without special tokens (each distinct text tokenised once).
 
     Args:
         texts: completions.
         tokenizer: a Hugging Face tokenizer (the policy's).
         batch_size: texts per tokenizer call.
+        cache: a :class:`~trl_explore.data.build_cache.TokenLengthCache` of this tokenizer, or None: cached texts
+            are not tokenised again, new lengths are added to it and saved.
 
     Returns:
         ``list[int]``, one length per text.
     """
-    lengths: list[int] = []
-    for start in range(0, len(texts), batch_size):
-        batch = list(texts[start : start + batch_size])
-        lengths.extend(len(ids) for ids in tokenizer(batch, add_special_tokens=False)["input_ids"])
-    return lengths
+    distinct = list(dict.fromkeys(texts))
+    lengths: dict[str, int] = {}
+    if cache is not None:
+        lengths = {text: n for text, n in zip(distinct, cache.lookup(distinct)) if n is not None}
+        distinct = [text for text in distinct if text not in lengths]
+    for start in range(0, len(distinct), batch_size):
+        batch = distinct[start : start + batch_size]
+        lengths.update(zip(batch, (len(ids) for ids in tokenizer(batch, add_special_tokens=False)["input_ids"])))
+    if cache is not None and distinct:
+        cache.add(distinct, [lengths[text] for text in distinct])
+        cache.save()
+    return [lengths[text] for text in texts]
 
 
 def gold_is_parseable(gold: str) -> bool:
@@ -57,12 +69,32 @@ def gold_is_parseable(gold: str) -> bool:
     return True
 
 
+TEACHER_VERDICTS_DESC = "Verifying teacher answers (cached after the first build)"
+"""The progress bar's text while the builder grades teacher solutions."""
+_SAVE_EVERY = 2048  # new verdicts between two saves of the cache: an interrupted build keeps most of its work
+
+
+def golds_parseable(golds: Sequence[str], num_proc: int = 1, cache=None) -> list[bool]:
+    """:func:`gold_is_parseable` of each gold, on ``num_proc`` worker processes in one call; ``cache``: a
+    :class:`~trl_explore.data.build_cache.VerdictCache` to read them from and add them to (None: no cache)."""
+    from trl_explore.rewards.math_verify_reward import golds_parseable as parseable
+
+    known = cache.lookup_golds(golds) if cache is not None else [None] * len(golds)
+    todo = [gold for gold, ok in zip(golds, known) if ok is None]
+    found = dict(zip(todo, parseable(todo, num_workers=num_proc))) if todo else {}
+    if cache is not None and found:
+        cache.add_golds(list(found), list(found.values()))
+        cache.save()
+    return [found[gold] if ok is None else ok for gold, ok in zip(golds, known)]
+
+
 def judge_completions(
     pairs: Sequence[tuple[str, str]],
     num_proc: int = 1,
     show_progress: bool = True,
     desc: str = "Verifying",
     grader_mode: str = "math_verify",
+    cache=None,
 ) -> list[bool]:
     """Correctness of each ``(completion, gold)`` pair with the package's grader (Math-Verify's semantics by default).
 
@@ -70,26 +102,52 @@ def judge_completions(
         pairs: completions and their gold answers; every gold must be parseable
             (check with :func:`gold_is_parseable` first).
         num_proc: grading worker processes. Math-Verify costs about 5-10 ms per pair.
-        show_progress: show a tqdm bar.
+        show_progress: show a tqdm bar (over the pairs that are not cached).
+        desc: the bar's text.
         grader_mode: the grader mode (:data:`trl_explore.rewards.modes.MODES`), as in training and evaluation.
+        cache: a :class:`~trl_explore.data.build_cache.VerdictCache` of the same grader mode, or None: cached
+            pairs are not graded again, and new verdicts are added to it (saved every 2,048 and at the end).
 
     Returns:
-        ``list[bool]`` in the order of ``pairs``.
+        ``list[bool]`` in the order of ``pairs`` (a pair past the grader's timeout is False).
 
     Raises:
         GoldAnswerError: a gold answer is unparseable.
+        ValueError: ``cache`` is of another grader mode.
     """
     from trl_explore.rewards.math_verify_reward import GoldAnswerError, grade_batch
 
-    verdicts: list[bool] = []
-    chunk = 64 * num_proc
-    with tqdm(total=len(pairs), desc=desc, disable=not show_progress, unit="completion") as bar:
-        for start in range(0, len(pairs), chunk):
-            batch = pairs[start : start + chunk]
-            graded = grade_batch([c for c, _ in batch], [g for _, g in batch], mode=grader_mode, num_workers=num_proc)
+    if cache is not None and cache.grader_mode != grader_mode:
+        raise ValueError(f"the verdict cache holds grader_mode={cache.grader_mode!r} verdicts, not {grader_mode!r}")
+    verdicts = cache.lookup(pairs) if cache is not None else [None] * len(pairs)
+    todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
+    if cache is not None:
+        cached = len(pairs) - len(todo)
+        logger.info("%d of %d teacher verdicts read from %s; grading %d", cached, len(pairs), cache.path, len(todo))
+    chunk, unsaved, timeouts = 64 * num_proc, 0, 0
+    with tqdm(total=len(todo), desc=desc, disable=not show_progress or not todo, unit="completion") as bar:
+        for start in range(0, len(todo), chunk):
+            rows = todo[start : start + chunk]
+            batch = [pairs[i] for i in rows]
+            graded = grade_batch([c for c, _ in batch], [g for _, g in batch], mode=grader_mode, num_workers=num_proc,
+                                 outcomes=True)  # fmt: skip
             for (_, gold), verdict in zip(batch, graded):
                 if verdict is None:
                     raise GoldAnswerError(f"gold answer {gold!r} cannot be parsed")
-            verdicts += graded
+            for i, verdict in zip(rows, graded):
+                verdicts[i] = verdict is True
+            timeouts += sum(verdict == "timeout" for verdict in graded)
+            if cache is not None:
+                cache.add(batch, [None if v == "error" else v for v in graded])
+                unsaved += len(batch)
+                if unsaved >= _SAVE_EVERY:
+                    cache.save()
+                    unsaved = 0
             bar.update(len(batch))
+    if cache is not None:
+        cache.save()
+    if timeouts:
+        where = f"; cached as such, delete {cache.path} to grade them again" if cache is not None else ""
+        logger.warning("%d teacher solutions ran past the grader's timeout and count as not verified%s", timeouts,
+                       where)  # fmt: skip
     return verdicts

@@ -42,13 +42,21 @@ verdict on Math-Verify's published default-setting test cases):
   equality by its right-hand side, so it equates ``a=b=c`` with ``c`` and ``a=c``).
 * ``"unclosed_box"``: a completion whose last ``\\boxed{`` is never closed (cut off inside its answer) has no answer
   (Math-Verify reads one).
+* ``"hedge"``, ``"unterminated"``, ``"retraction"``, ``"prompt_echo"``, ``"mixed_number"``: hedged and unfinished
+  answers (several values offered; a completion cut off with no boxed or phrase-anchored answer; an answer taken
+  back or declared impossible; an unevaluated expression copied from the prompt; a mixed number read as its value),
+  in :mod:`trl_explore.rewards.guards`. ``"unterminated"`` needs to know whether the completion ended and
+  ``"prompt_echo"`` the prompt (:func:`grade`'s ``terminated`` and ``prompt``; the reward passes them); the strict
+  and boxed modes apply ``"prompt_echo"`` only.
 
 **Recall** (on by default in the ``"math_verify"`` and ``"boxed"`` modes; each only turns a 0 into a 1, where
 equivalence is certain): an interval against the equivalent inequality in one variable, both directions
 (``(1, 3]`` and ``1 < x \\le 3``; not a bare ``(a, b)``, which may be a point); ``\\mathrm{e}`` and ``\\mathrm{d}``
 read as the letters ``e`` and ``d``; chained equalities that state the same equal quantities (``a=b=c`` and
 ``c=a=b``); a bold answer after an answer phrase and a ``\\fbox{}``, each only where it ends the completion (a
-retracted "The answer is **5**. Wait, ... 6." stays wrong).
+retracted "The answer is **5**. Wait, ... 6." stays wrong); and those of :mod:`trl_explore.rewards.guards` (a mixed
+number equal to the gold, ``\\textbf{}`` and bold choice letters, thin-space thousands, e-notation, repeating
+decimals, a function answer up to its variable's name).
 """
 
 from __future__ import annotations
@@ -68,6 +76,16 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtra
 
 from trl_explore.data.champ_answers import clean_gold_text, gold_alternatives
 from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
+from trl_explore.rewards.guards import (
+    failed_guard,
+    has_mixed_number,
+    is_plain_number,
+    locate_answer,
+    mixed_number_answer,
+    prompt_text,
+    rewrite_for_recall,
+    same_function_up_to_variable,
+)
 from trl_explore.rewards.modes import DEFAULT_MODE, GUARDS, MODES, check_grader_mode  # noqa: F401 - MODES re-exported
 
 # Math-Verify warns on every call that its own timeout is off: the worker pool enforces it instead.
@@ -615,24 +633,42 @@ _BOLD_AFTER_ANCHOR = re.compile(r"((?:final answer|answer)\s*(?:is|:)?\s*:?\s*)\
 _FINAL_FBOX = re.compile(r"\\fbox(\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}[^0-9$\\]*)$")
 
 
-def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: GraderOptions) -> bool:
-    """The recall rules, tried in turn after Math-Verify said "not equal"; True if one proves equivalence."""
+def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: GraderOptions) -> str | None:
+    """The recall rules, tried in turn after Math-Verify said "not equal": the text (rewritten where a rule rewrote
+    it) whose answer proves equivalence, else None."""
     for a, b in itertools.product(gold_parsed, prediction):
         if isinstance(a, str) or isinstance(b, str):
             continue
         if interval_matches_inequality(a, b) or same_chained_equality(a, b):
-            return True
+            return text
+        if same_function_up_to_variable(a, b, _mv_verify_one):
+            return text
     rewritten_text = _FINAL_FBOX.sub(r"\\boxed\1", _BOLD_AFTER_ANCHOR.sub(r"\1\2", text))
     rewritten_text = _ROMAN_LETTER.sub(r"\1", rewritten_text)
     rewritten_gold = _ROMAN_LETTER.sub(r"\1", gold)
+    rewritten_text = rewrite_for_recall(rewritten_text, gold_is_plain_number=is_plain_number(gold_parsed))
+    rewritten_gold = rewrite_for_recall(rewritten_gold, gold_is_plain_number=False)
     if rewritten_text == text and rewritten_gold == gold:
-        return False
+        return None
     try:
         gold_parsed = read_gold(rewritten_gold, "chained_equality" in options.guards)
     except GoldAnswerError:
-        return False
+        return None
     prediction = read_prediction(rewritten_text, options)
-    return bool(prediction) and _mv_verify(gold_parsed, prediction) and _passes_guards(gold_parsed, prediction, options.guards)
+    if prediction and _mv_verify(gold_parsed, prediction) and _passes_guards(gold_parsed, prediction, options.guards):
+        return rewritten_text
+    return None
+
+
+def _mv_verify_one(a: Any, b: Any) -> bool:
+    return _mv_verify([a], [b])
+
+
+def _mixed_number_reading(text: str, options: GraderOptions):
+    """The value of the mixed number the answer is (``2 2/3``: 8/3; :mod:`~trl_explore.rewards.guards`), or None."""
+    if options.mode != "math_verify" or not ("mixed_number" in options.guards or options.recall):
+        return None
+    return mixed_number_answer(text, locate_answer(text)) if has_mixed_number(text) else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -640,13 +676,24 @@ def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: 
 # --------------------------------------------------------------------------------------------------
 
 
-def grade(completion: Any, gold: Any, options: GraderOptions = GraderOptions()) -> bool:
+def grade(
+    completion: Any,
+    gold: Any,
+    options: GraderOptions = GraderOptions(),
+    *,
+    prompt: Any = None,
+    terminated: bool | None = None,
+) -> bool:
     """True iff the completion's final answer is equivalent to ``gold``: ``R_m`` (OGER Eq. 7-8, ASE-GRPO §3.1).
 
     Args:
         completion: the completion (text, or anything :func:`completion_text` accepts).
         gold: the gold answer (LaTeX or plain text).
         options: mode, guards and recall (default: ``"math_verify"``, all guards, recall on).
+        prompt: the prompt the completion answers (text or TRL messages; default None: the ``"prompt_echo"`` guard
+            does not judge).
+        terminated: whether the completion ended with an EOS token (default None: unknown, the ``"unterminated"``
+            guard does not judge).
 
     Returns:
         Math-Verify's verdict in the chosen mode, with the guard-rails applied to a True and the recall rules
@@ -663,11 +710,23 @@ def grade(completion: Any, gold: Any, options: GraderOptions = GraderOptions()) 
     prediction = read_prediction(text, options)
     if options.mode == "trl":  # parity with TRL's accuracy_reward: Math-Verify's verdict, no guard, no recall
         return bool(prediction) and _mv_verify(gold_parsed, prediction)
+    mixed = _mixed_number_reading(text, options)
+    if mixed is not None and "mixed_number" in options.guards:
+        prediction = [mixed, str(mixed)]
+    graded = None
     if prediction and _mv_verify(gold_parsed, prediction):
-        return _passes_guards(gold_parsed, prediction, options.guards)
-    if options.recall and options.mode in ("math_verify", "boxed"):
-        return _recall(text, gold, gold_parsed, prediction, options)
-    return False
+        if not _passes_guards(gold_parsed, prediction, options.guards):
+            return False
+        graded = text
+    elif options.recall and options.mode in ("math_verify", "boxed"):
+        graded = text if mixed is not None and _mv_verify(gold_parsed, [mixed]) else None
+        graded = graded or _recall(text, gold, gold_parsed, prediction, options)
+    if graded is None:
+        return False
+    answer = extract(graded, options) if options.mode != "math_verify" and prompt is not None else None
+    refuted = failed_guard(graded, gold, gold_parsed, options.guards, options.mode, prompt=prompt_text(prompt) or None,
+                           terminated=terminated, answer=answer)  # fmt: skip
+    return refuted is None
 
 
 def extract(completion: Any, options: GraderOptions = GraderOptions()) -> str | None:

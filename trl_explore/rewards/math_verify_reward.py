@@ -42,14 +42,15 @@ from trl_explore.rewards.grading import (
     last_boxed_content,
     read_gold,
 )
+from trl_explore.rewards.guards import prompt_text
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 __all__ = [
     "DEFAULT_MODE", "DEFAULT_TIMEOUT_SECONDS", "GUARDS", "MODES", "GoldAnswerError", "GraderOptions",
-    "MathVerifyReward", "completion_text", "extract_answer", "grade_batch", "last_boxed_content", "math_reward",
-    "parse_gold", "verify_answer",
+    "MathVerifyReward", "completion_text", "extract_answer", "golds_parseable", "grade_batch", "last_boxed_content",
+    "math_reward", "parse_gold", "verify_answer",
 ]  # fmt: skip
 
 
@@ -58,10 +59,12 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 
 
-def _grade_task(text: str, gold: str, options: GraderOptions) -> tuple[str, Any]:
+def _grade_task(
+    text: str, gold: str, options: GraderOptions, prompt: str | None = None, terminated: bool | None = None
+) -> tuple[str, Any]:
     """One verdict in a worker: ``("ok", bool)`` or ``("gold_error", message)``."""
     try:
-        return "ok", grade(text, gold, options)
+        return "ok", grade(text, gold, options, prompt=prompt, terminated=terminated)
     except GoldAnswerError as err:
         return "gold_error", str(err)
 
@@ -203,7 +206,10 @@ def grade_batch(
     recall: bool = True,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     num_workers: int = 1,
-) -> list[bool | None]:
+    prompts: Sequence[Any] | None = None,
+    terminated: Sequence[bool | None] | None = None,
+    outcomes: bool = False,
+) -> list[bool | str | None]:
     """Verdicts for ``(completion, gold)`` pairs, graded on ``num_workers`` worker processes.
 
     Args:
@@ -215,9 +221,16 @@ def grade_batch(
         timeout_seconds: wall-clock limit per pair (default 5 s); past it the pair scores False and a warning
             is logged.
         num_workers: worker processes (default 1).
+        prompts: the prompts (text or TRL messages), same length (default None: the ``"prompt_echo"`` guard does
+            not judge).
+        terminated: per completion, whether it ended with an EOS token (None entries: unknown), same length
+            (default None: the ``"unterminated"`` guard does not judge).
+        outcomes: give ``"timeout"`` for a pair past the timeout and ``"error"`` for one whose worker failed, instead
+            of False with a warning (default False; the offline builder caches only real verdicts).
 
     Returns:
-        ``list[bool | None]``: True/False, or None where the gold cannot be parsed.
+        ``list[bool | None]``: True/False, or None where the gold cannot be parsed (and, with ``outcomes``,
+        ``"timeout"`` / ``"error"``).
 
     Raises:
         ValueError: lengths differ, ``golds`` is one string, a gold is a list or dict (naming the row), a bad mode
@@ -229,20 +242,37 @@ def grade_batch(
     completions, golds = list(completions), list(golds)
     if len(completions) != len(golds):
         raise ValueError(f"{len(completions)} completions for {len(golds)} gold answers")
+    prompt_texts = _per_row(prompts, "prompts", len(completions), prompt_text)
+    ended = _per_row(terminated, "terminated", len(completions), lambda t: None if t is None else bool(t))
     options = _options(mode, guards, recall)
     timeout_seconds, num_workers = _check_timeout(timeout_seconds), _check_workers(num_workers)
     texts = [completion_text(c) for c in completions]
-    tasks = [(text, _gold_text(gold, row), options) for row, (text, gold) in enumerate(zip(texts, golds))]
-    verdicts: list[bool | None] = []
-    for (text, gold, _), (status, value) in zip(tasks, _run(_grade_task, tasks, timeout_seconds, num_workers)):
+    tasks = [(text, _gold_text(gold, row), options, prompt_texts[row], ended[row])
+             for row, (text, gold) in enumerate(zip(texts, golds))]  # fmt: skip
+    verdicts: list[bool | str | None] = []
+    for (text, gold, *_), (status, value) in zip(tasks, _run(_grade_task, tasks, timeout_seconds, num_workers)):
         if status == "ok":
             verdicts.append(bool(value))
         elif status == "gold_error":
             verdicts.append(None)
+        elif outcomes:
+            verdicts.append("timeout" if status == "timeout" else "error")
         else:  # a timeout, or an error on strange input: score 0, loudly
             logger.warning("grading scored 0 (%s) for completion %s against gold %s", value, _short(text), _short(str(gold)))
             verdicts.append(False)
     return verdicts
+
+
+def _per_row(values: Sequence[Any] | None, name: str, num_rows: int, convert) -> list:
+    """``values`` converted, one per completion (all None when ``values`` is None); ValueError on another length."""
+    if values is None:
+        return [None] * num_rows
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{name} must hold one entry per completion ({num_rows}), got one string")
+    values = list(values)
+    if len(values) != num_rows:
+        raise ValueError(f"{len(values)} {name} for {num_rows} completions")
+    return [convert(value) for value in values]
 
 
 def verify_answer(
@@ -253,6 +283,8 @@ def verify_answer(
     guards: Sequence[str] | None = None,
     recall: bool = True,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    prompt: Any = None,
+    terminated: bool | None = None,
 ) -> bool:
     """True iff the completion's final answer is equivalent to ``gold`` (``R_m``; OGER Eq. 7-8, ASE-GRPO §3.1).
 
@@ -260,6 +292,8 @@ def verify_answer(
         completion: the completion; garbage (empty, 100k characters, unbalanced braces) gives False, never raises.
         gold: the gold answer, LaTeX or plain text (a number is converted with ``str``).
         mode, guards, recall, timeout_seconds: as in :func:`grade_batch`.
+        prompt, terminated: the prompt and whether the completion ended with an EOS (default None: unknown), as
+            ``prompts`` and ``terminated`` of :func:`grade_batch`.
 
     Raises:
         GoldAnswerError: ``gold`` cannot be parsed (or its parse timed out).
@@ -268,7 +302,10 @@ def verify_answer(
     if gold is None:
         raise GoldAnswerError("gold answer is None")
     parse_gold(gold, timeout_seconds=timeout_seconds, keep_chained_equalities=guards is None or "chained_equality" in guards)
-    (verdict,) = grade_batch([completion], [gold], mode=mode, guards=guards, recall=recall, timeout_seconds=timeout_seconds)
+    (verdict,) = grade_batch(
+        [completion], [gold], mode=mode, guards=guards, recall=recall, timeout_seconds=timeout_seconds,
+        prompts=[prompt], terminated=[terminated],
+    )  # fmt: skip
     if verdict is None:
         raise GoldAnswerError(f"gold answer {_short(str(gold))} cannot be parsed")
     return verdict
@@ -289,6 +326,14 @@ def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, k
     if status != "ok":
         raise GoldAnswerError(f"parsing gold answer {_short(str(gold))} failed: {value}")
     return value
+
+
+def golds_parseable(golds: Sequence[Any], *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, num_workers: int = 1,
+                    keep_chained_equalities: bool = True) -> list[bool]:
+    """Whether :func:`parse_gold` parses each gold (None, a timeout or a failed worker: False), in one pool call."""
+    tasks = [(str(gold), keep_chained_equalities) for gold in golds]
+    outcomes = _run(_gold_task, tasks, _check_timeout(timeout_seconds), _check_workers(num_workers))
+    return [gold is not None and status == "ok" for gold, (status, _) in zip(golds, outcomes)]
 
 
 def extract_answer(
@@ -314,6 +359,13 @@ class MathVerifyReward:
     ``reward(prompts=..., completions=..., completion_ids=..., **columns)``; the gold answers are read from the
     dataset column ``answer_column``. This is ``R_m`` of OGER (Eq. 7-8) and the verifier reward of ASE-GRPO (§3.1).
 
+    The prompts feed the ``"prompt_echo"`` guard; ``completion_ids`` and the EOS ids the ``"unterminated"`` guard (a
+    completion whose last id is not an EOS did not end). The EOS ids are ``eos_token_ids`` when given, else those
+    of the ``GRPOTrainer`` that calls the reward: TRL 1.16 passes its bound ``_log_metric`` as the ``log_metric``
+    keyword, and the reward reads that trainer's ``eos_token_ids`` and its tokenizer's pad id, the ids TRL's own
+    ``mask_truncated_completions`` counts as an ending (``grpo_trainer.py``: ``eos_and_pad``). Called without
+    either (the offline builder, the evaluation, a plain call), termination is unknown and that guard does not judge.
+
     Args:
         answer_column: the dataset column holding gold answers (default ``"answer"``).
         mode: grader mode, one of ``MODES`` (default ``"math_verify"``: Math-Verify's semantics plus the guard-rails
@@ -323,14 +375,15 @@ class MathVerifyReward:
         timeout_seconds: wall-clock limit per completion (default 5 s).
         num_workers: grading processes per call (default 1).
         name: ``__name__``, which TRL uses in metric names (default ``"math_reward"``).
+        eos_token_ids: token ids that end a completion (default None: the calling trainer's, see above).
 
     Rows whose gold answer cannot be parsed get ``None`` (TRL turns it into NaN and leaves it out of the reward
     sums). Each such row adds one to ``num_unparseable_gold``, and a warning is logged once per row id
     (``kwargs["problem_id"]`` if that column exists, else the gold text).
 
     Raises (from ``__call__``):
-        ValueError: the answer column is missing (the message lists the columns that are there), or it has a
-            different length from ``completions``.
+        ValueError: the answer column is missing (the message lists the columns that are there), or it, the prompts
+            or the completion ids have a different length from ``completions``.
     """
 
     def __init__(
@@ -342,22 +395,43 @@ class MathVerifyReward:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         num_workers: int = 1,
         name: str = "math_reward",
+        eos_token_ids: Sequence[int] | None = None,
     ) -> None:
         self.answer_column = answer_column
         self.options = _options(mode, guards, recall)
         self.timeout_seconds = _check_timeout(timeout_seconds)
         self.num_workers = _check_workers(num_workers)
         self.__name__ = name
+        self.eos_token_ids = None if eos_token_ids is None else frozenset(_check_ids(eos_token_ids))
+        self._trainer_eos_ids: frozenset | None = None  # read from the calling trainer, once
         self.num_unparseable_gold = 0
         self._reported_rows: set = set()
-        # The last call's (completions, golds) and rewards: OGERRewardFunction calls this reward again on the
-        # same batch right after TRL did, and gets the rewards without a second verification.
+        # The last call's (completions, golds, prompts, endings) and rewards: OGERRewardFunction calls this reward
+        # again on the same batch right after TRL did, and gets the rewards without a second verification.
         self._last_call: tuple | None = None
 
     @property
     def mode(self) -> str:
         """The grader mode (one of ``MODES``)."""
         return self.options.mode
+
+    def _ending_ids(self, log_metric: Any) -> frozenset | None:
+        """The EOS ids (given, else the calling trainer's with its pad id, else the last trainer's), or None."""
+        if self.eos_token_ids is not None:
+            return self.eos_token_ids
+        trainer = getattr(log_metric, "__self__", None)
+        ids = getattr(trainer, "eos_token_ids", None)
+        if ids is not None:
+            pad = getattr(getattr(trainer, "_tokenizer", None), "pad_token_id", None)
+            self._trainer_eos_ids = frozenset(int(i) for i in [*ids, *([] if pad is None else [pad])])
+        return self._trainer_eos_ids
+
+    def terminated(self, completion_ids: Sequence[Sequence[int]] | None, log_metric: Any = None) -> list | None:
+        """Per completion, whether its last id is an EOS id (None when the ids or the EOS ids are unknown)."""
+        ending = self._ending_ids(log_metric)
+        if completion_ids is None or ending is None:
+            return None
+        return [None if len(ids) == 0 else int(ids[-1]) in ending for ids in completion_ids]
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
         """Score each completion: 1.0, 0.0, or None when its gold answer cannot be parsed."""
@@ -379,12 +453,17 @@ class MathVerifyReward:
         row_ids = kwargs.get("problem_id")
         if row_ids is not None and (isinstance(row_ids, (str, bytes)) or len(list(row_ids)) != len(completions)):
             raise ValueError(f"column 'problem_id' must hold one id per completion ({len(completions)}), got {row_ids!r}")
-        key = (tuple(completion_text(c) for c in completions), tuple(str(g) for g in golds))
+        if completion_ids is not None and len(completion_ids) != len(completions):
+            raise ValueError(f"{len(completion_ids)} completion_ids for {len(completions)} completions")
+        prompt_texts = _per_row(prompts, "prompts", len(completions), prompt_text)
+        ended = self.terminated(completion_ids, kwargs.get("log_metric")) or [None] * len(completions)
+        texts = tuple(completion_text(c) for c in completions)
+        key = (texts, tuple(str(g) for g in golds), tuple(prompt_texts), tuple(ended))
         if self._last_call is not None and self._last_call[0] == key:
             return list(self._last_call[1])
         verdicts = grade_batch(
-            list(key[0]), golds, mode=self.options.mode, guards=self.options.guards, recall=self.options.recall,
-            timeout_seconds=self.timeout_seconds, num_workers=self.num_workers,
+            list(texts), golds, mode=self.options.mode, guards=self.options.guards, recall=self.options.recall,
+            timeout_seconds=self.timeout_seconds, num_workers=self.num_workers, prompts=prompt_texts, terminated=ended,
         )  # fmt: skip
         rewards: list[float | None] = []
         for row, (verdict, gold) in enumerate(zip(verdicts, golds)):
@@ -402,6 +481,15 @@ class MathVerifyReward:
         if key not in self._reported_rows:
             self._reported_rows.add(key)
             logger.warning("%s: no reward for row %s, its gold answer %s cannot be parsed", self.__name__, key, _short(str(gold)))
+
+
+def _check_ids(ids: Sequence[int]) -> list[int]:
+    if isinstance(ids, int) and not isinstance(ids, bool):
+        return [ids]
+    values = list(ids)
+    if not values or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in values):
+        raise ValueError(f"eos_token_ids must be token ids (integers >= 0), as [tokenizer.eos_token_id]; got {ids!r}")
+    return values
 
 
 math_reward = MathVerifyReward()
