@@ -38,6 +38,7 @@ from trl_explore.data import (
     teacher_column_records,
 )
 from trl_explore.data.build_cache import default_folder
+from trl_explore.data.gold_normalizers import gold_normalizer_for
 
 
 @dataclass
@@ -163,6 +164,7 @@ def main(args: ScriptArguments) -> None:
         num_proc=args.num_proc,
         grader_mode=args.grader_mode,
         build_cache={"default": default_folder(), "none": None}.get(args.build_cache, args.build_cache),
+        gold_normalizer=gold_normalizer_for(args.source),  # CHAMP's golds are read with CHAMP's phrasing rules
     )
     dataset, report = builder.build(*sources)
     save_offline_dataset(dataset, args.output_dir)

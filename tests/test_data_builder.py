@@ -578,11 +578,12 @@ def champ_by_id():
     ],
 )
 def test_champ_verdict_checked_by_hand(champ_by_id, problem_id, teacher, mine, why):
+    from trl_explore.data.champ_answers import gold_alternatives
     from trl_explore.rewards.math_verify_reward import verify_answer
 
     problem = champ_by_id[problem_id]
     solution = sources.champ_solution(problem["conversations"][f"{teacher}|0-Shot"])
-    assert verify_answer(solution["text"], problem["answer"]) is mine, why
+    assert verify_answer(solution["text"], problem["answer"], gold_normalizer=gold_alternatives) is mine, why
 
 
 # ---------------------------------------------------------------- CHAMP: regression of the whole build

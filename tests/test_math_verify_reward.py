@@ -12,6 +12,8 @@ import time
 import pytest
 
 from trl_explore.data.champ_answers import gold_alternatives, strip_note, unwrap_phrase
+
+CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
 from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
 from trl_explore.rewards.grading import read_gold
 from trl_explore.rewards.math_verify_reward import (
@@ -271,7 +273,7 @@ VERIFY_CASES = [
 
 @pytest.mark.parametrize("completion, gold, expected", VERIFY_CASES)
 def test_verify_answer(completion, gold, expected):
-    assert verify_answer(completion, gold) is expected
+    assert verify_answer(completion, gold, gold_normalizer=CHAMP) is expected
 
 
 # Where the strict mode (version 0.1's rule, kept as an option) differs from the default on the cases above.
@@ -285,7 +287,7 @@ STRICT_CASES = [
 
 @pytest.mark.parametrize("completion, gold, expected", STRICT_CASES)
 def test_verify_answer_strict_mode(completion, gold, expected):
-    assert verify_answer(completion, gold, mode="strict") is expected
+    assert verify_answer(completion, gold, mode="strict", gold_normalizer=CHAMP) is expected
 
 
 def test_enough_hand_labelled_cases():
@@ -332,7 +334,7 @@ def test_extract_answer_default_mode():
 
 def test_parse_gold():
     # Math-Verify reads "252" out of this one, equivalent to this package's reading: Math-Verify's reading is used
-    assert [str(value) for value in parse_gold("C(10, 5), or equivalently 252")] == ["252", "252"]
+    assert [str(value) for value in parse_gold("C(10, 5), or equivalently 252", gold_normalizer=CHAMP)] == ["252", "252"]
     # Math-Verify reads "2" out of "2^(n-1)": this package's whole reading is used instead (form, then its LaTeX)
     assert [str(value) for value in parse_gold("2^(n-1)")] == ["2**(n - 1)", "2^{n-1}"]
     assert parse_gold("Yes") == ["yes"]
@@ -401,7 +403,7 @@ def test_reward_called_the_trl_way():
 
 
 def test_reward_conversational_completions_and_options():
-    reward = MathVerifyReward(answer_column="solution", name="champ_reward", timeout_seconds=2.0)
+    reward = MathVerifyReward(answer_column="solution", name="champ_reward", timeout_seconds=2.0, gold_normalizer=CHAMP)
     completions = [
         [{"role": "assistant", "content": r"\boxed{\binom{10}{5}}"}],
         [{"role": "assistant", "content": r"\boxed{253}"}],
@@ -484,7 +486,7 @@ def test_every_champ_gold_parses_or_is_known_unparseable():
     parses = {}  # gold text -> parses whole (162 distinct answers)
     for answer in {problem.answer for problem in problems.values()}:
         try:
-            parses[answer] = len(parse_gold(answer, timeout_seconds=30)) > 0
+            parses[answer] = len(parse_gold(answer, timeout_seconds=30, gold_normalizer=CHAMP)) > 0
         except GoldAnswerError:
             parses[answer] = False
     unparseable = {problem_id for problem_id, problem in problems.items() if not parses[problem.answer]}
@@ -522,7 +524,7 @@ def test_repeated_call_on_the_same_batch_reuses_the_rewards(monkeypatch):
     ],
 )
 def test_strict_mode_unboxed_text_needs_an_answer_anchor(completion, gold, expected):
-    assert verify_answer(completion, gold, mode="strict") is expected
+    assert verify_answer(completion, gold, mode="strict", gold_normalizer=CHAMP) is expected
 
 
 def test_default_mode_reads_unanchored_text_as_math_verify_does():
@@ -547,4 +549,13 @@ def test_extract_answer_ignores_unanchored_words():
     ],
 )
 def test_strict_mode_concluding_sentence_rule(completion, gold, expected):
-    assert verify_answer(completion, gold, mode="strict") is expected
+    assert verify_answer(completion, gold, mode="strict", gold_normalizer=CHAMP) is expected
+
+
+def test_a_data_sets_phrasing_rules_reach_the_grader_only_as_its_gold_normalizer():
+    gold = "0 is the only possible value"  # CHAMP's way of writing the answer 0
+    with pytest.raises(GoldAnswerError):
+        verify_answer(r"\boxed{0}", gold)  # the grader alone does not read English phrasing
+    assert verify_answer(r"\boxed{0}", gold, gold_normalizer=CHAMP) is True
+    assert MathVerifyReward(gold_normalizer=CHAMP)(completions=[r"\boxed{0}", r"\boxed{1}"], answer=[gold] * 2) == [
+        1.0, 0.0]

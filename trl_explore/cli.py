@@ -107,6 +107,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
 
     from trl import ModelConfig, get_peft_config
 
+    from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.hub import check_hub_access
     from trl_explore.reporting import (filter_known_warnings, finish_run, silence_trl_completion_panel,
@@ -117,6 +118,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     script_args, training_args, model_args = parse_args((script_cls, config_cls, ModelConfig), recipe, argv,
                                                         sections=(script_cls,))
     check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
+    if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for its golds (CHAMP)
+        training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
     start = time.perf_counter()
     if not script_args.completion_panel:
         silence_trl_completion_panel()

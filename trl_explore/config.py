@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from trl import GRPOConfig
 
+from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.rewards.modes import GRADER_MODES
 
 
@@ -88,6 +89,10 @@ class ExplorationConfig(GRPOConfig):
             How the default verifiable reward `R_m` reads a completion's final answer (`trl_explore.rewards.grading`):
             `"math_verify"` (Math-Verify's semantics plus guard-rails), `"trl"`, `"strict"` or `"boxed"`. The offline
             builder and the evaluation take the same option.
+        gold_normalizer (`str`, defaults to `"none"`):
+            The training data's phrasing rules for its gold answers, by name (`trl_explore.data.gold_normalizers`):
+            `"none"`, or `"champ"` for the embedded CHAMP set (the training scripts choose it for `champ`). Used by the
+            default reward `R_m`.
         vllm_enforce_eager (`bool`, defaults to `False`):
             Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
             start (CPU, tests), slower to decode. Steering works in both modes.
@@ -101,6 +106,11 @@ class ExplorationConfig(GRPOConfig):
         metadata={"help": "How the default reward R_m reads answers: " + GRADER_MODES.describe() + ".",
                   "choices": list(GRADER_MODES)},
     )
+    gold_normalizer: str = field(
+        default="none",
+        metadata={"help": "The training data's phrasing rules for its golds: " + GOLD_NORMALIZERS.describe() + ".",
+                  "choices": list(GOLD_NORMALIZERS)},
+    )
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
@@ -108,6 +118,7 @@ class ExplorationConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         GRADER_MODES.check(self.grader_mode, "grader_mode")
+        GOLD_NORMALIZERS.check(self.gold_normalizer, "gold_normalizer")
         for options_cls in options_classes(type(self)):
             options_cls.validate(self)
             options_cls.apply(self, self)

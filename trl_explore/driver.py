@@ -66,8 +66,9 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
     Args:
         model, args, **kwargs: as for ``GRPOTrainer``; ``model="embedded"`` selects the bundled SmolLM2-135M-Instruct;
             ``args`` defaults to an :class:`~trl_explore.config.ExplorationConfig`.
-        reward_funcs: as for ``GRPOTrainer``; default ``[MathVerifyReward(mode=args.grader_mode)]`` (the verifiable
-            reward R_m), to which components may add their own (OGER adds ``OGERRewardFunction``).
+        reward_funcs: as for ``GRPOTrainer``; default ``[MathVerifyReward(mode=args.grader_mode, gold_normalizer=...)]``
+            (the verifiable reward R_m, reading golds with ``args.gold_normalizer``), to which components may add their
+            own (OGER adds ``OGERRewardFunction``).
         components: the method parts; each prepares the construction, then is set up after TRL's ``__init__``.
 
     Raises:
@@ -82,9 +83,11 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
         default_rewards = reward_funcs is None
         if default_rewards:
+            from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
             from trl_explore.rewards.math_verify_reward import MathVerifyReward
 
-            reward_funcs = [MathVerifyReward(mode=getattr(args, "grader_mode", "math_verify"))]
+            normalizer = GOLD_NORMALIZERS[getattr(args, "gold_normalizer", "none")]
+            reward_funcs = [MathVerifyReward(mode=getattr(args, "grader_mode", "math_verify"), gold_normalizer=normalizer)]
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         datasets = {key: kwargs.pop(key, None) for key in ("train_dataset", "eval_dataset")}
         plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs, default_rewards=default_rewards)

@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 
+_NAME = object()  # register(name) without an entry: the entry is the name
+
+
 class Registry:
     """The names an option accepts, each with its entry (any object) and a one-line help.
 
@@ -36,11 +39,11 @@ class Registry:
         self._entries: dict[str, Any] = {}
         self._help: dict[str, str] = {}
 
-    def register(self, name: str, entry: Any = None, help: str = "") -> Any:
-        """Register ``entry`` under ``name`` (``entry`` defaults to ``name``) and return the entry."""
+    def register(self, name: str, entry: Any = _NAME, help: str = "") -> Any:
+        """Register ``entry`` under ``name`` (``entry`` defaults to ``name``; None is an entry) and return the entry."""
         if name in self._entries:
             raise ValueError(f"{self.option}: {name!r} is registered twice")
-        self._entries[name] = name if entry is None else entry
+        self._entries[name] = name if entry is _NAME else entry
         self._help[name] = help
         return self._entries[name]
 

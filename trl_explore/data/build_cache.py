@@ -175,16 +175,22 @@ class VerdictCache:
     Args:
         folder: the cache folder (created at the first save).
         grader_mode: the grader mode (one of :data:`~trl_explore.rewards.modes.MODES`).
+        gold_normalizer: the data set's phrasing rules the golds were read with, by name
+            (:data:`~trl_explore.data.gold_normalizers.GOLD_NORMALIZERS`; default ``"none"``): part of the file name.
 
     Raises:
-        ValueError: an unknown grader mode.
+        ValueError: an unknown grader mode or gold normaliser.
     """
 
-    def __init__(self, folder: str | os.PathLike, grader_mode: str) -> None:
+    def __init__(self, folder: str | os.PathLike, grader_mode: str, gold_normalizer: str = "none") -> None:
+        from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+
         self.grader_mode = check_grader_mode(grader_mode)
+        self.gold_normalizer = GOLD_NORMALIZERS.check(gold_normalizer)
         self.version = grader_version()
-        self.path = pathlib.Path(folder) / f"verdicts-{grader_mode}-{self.version}.json"
-        header = {"grader_mode": grader_mode, "grader_version": self.version}
+        suffix = "" if gold_normalizer == "none" else f"-{gold_normalizer}"
+        self.path = pathlib.Path(folder) / f"verdicts-{grader_mode}{suffix}-{self.version}.json"
+        header = {"grader_mode": grader_mode, "gold_normalizer": gold_normalizer, "grader_version": self.version}
         self._file = _KeyedFile(self.path, header, lambda v: v in (0, 1, TIMEOUT) and not isinstance(v, bool))
 
     def __len__(self) -> int:

@@ -44,6 +44,7 @@ from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_pres
 from trl_explore.data.sources import ProblemRecord, champ_records
 from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
 from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
+from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,7 +154,7 @@ def check_chat_template(tokenizer) -> None:
 
 def judge_records(
     records: Sequence[ProblemRecord], tokenizer, num_proc: int = 1, show_progress: bool = True,
-    grader_mode: str = "math_verify", build_cache: str | pathlib.Path | None = None,
+    grader_mode: str = "math_verify", build_cache: str | pathlib.Path | None = None, gold_normalizer: str = "none",
 ) -> tuple[list[list[CompletionVerdict]], list[str]]:
     """Verdicts for every completion of every record (aligned with ``record.completions``).
 
@@ -165,11 +166,12 @@ def judge_records(
         ``(verdicts per record, ids of problems with an unparseable gold answer)``.
     """
     texts = [text for r in records for _, text in r.completions]
-    cache = None if build_cache is None else VerdictCache(build_cache, grader_mode)
+    cache = None if build_cache is None else VerdictCache(build_cache, grader_mode, gold_normalizer)
     length_cache = None if build_cache is None else TokenLengthCache(build_cache, tokenizer)
     lengths = iter(token_lengths(texts, tokenizer, cache=length_cache))
     golds = [r.answer for r in records]
-    parseable = dict(zip((r.problem_id for r in records), golds_parseable(golds, num_proc, cache=cache)))
+    parseable = dict(zip((r.problem_id for r in records), golds_parseable(golds, num_proc, cache=cache,
+                                                                                gold_normalizer=gold_normalizer)))
     flags = [duplicate_flags(r.completions) for r in records]
     to_judge = [
         (text, r.answer)
@@ -179,7 +181,8 @@ def judge_records(
         if not d
     ]
     verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress,
-                                          desc=TEACHER_VERDICTS_DESC, grader_mode=grader_mode, cache=cache))
+                                          desc=TEACHER_VERDICTS_DESC, grader_mode=grader_mode, cache=cache,
+                                          gold_normalizer=gold_normalizer))
     out = []
     for r, dup in zip(records, flags):
         row = []
@@ -242,6 +245,8 @@ class OfflineDatasetBuilder:
             a build with other settings then computes only what the cache lacks. ``None`` (default): compute
             everything. :func:`load_default_offline_dataset` and ``examples/build_offline_dataset.py`` use
             :func:`~trl_explore.data.build_cache.default_folder`.
+        gold_normalizer (`str`, default ``"none"``): the sources' phrasing rules for their gold answers, by name
+            (:data:`~trl_explore.data.gold_normalizers.GOLD_NORMALIZERS`: ``"champ"`` for CHAMP).
     """
 
     tokenizer: PreTrainedTokenizerBase | str | None = None
@@ -253,6 +258,7 @@ class OfflineDatasetBuilder:
     show_progress: bool = True
     grader_mode: str = "math_verify"
     build_cache: str | pathlib.Path | None = None
+    gold_normalizer: str = "none"
 
     def build(self, *sources: Iterable[ProblemRecord]):
         """Build the data set from one or more sources (merged by problem id).
@@ -276,7 +282,7 @@ class OfflineDatasetBuilder:
             raise ValueError("The sources yielded no problem.")
         prompts = [build_prompt(r.problem, preset, where=f"problem {r.problem_id!r}") for r in records]
         verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress, self.grader_mode,
-                                              self.build_cache)  # fmt: skip
+                                              self.build_cache, self.gold_normalizer)  # fmt: skip
         skip = set(unparseable)
         scored = [r.problem_id for r in records if r.problem_id not in skip]
         _, test_ids = split_problem_ids(scored, self.test_fraction, self.seed)
@@ -307,6 +313,7 @@ class OfflineDatasetBuilder:
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in [0, 1), got {self.test_fraction}.")
         check_grader_mode(self.grader_mode)
+        GOLD_NORMALIZERS.check(self.gold_normalizer)
         if not isinstance(self.num_proc, int) or self.num_proc < 1:
             raise ValueError(f"num_proc must be a positive integer, got {self.num_proc!r}.")
 
@@ -424,6 +431,7 @@ def load_default_offline_dataset(
             num_proc=num_proc,
             grader_mode=grader_mode,
             build_cache=root / "build_cache",
+            gold_normalizer="champ",  # CHAMP's phrasing rules for its golds (trl_explore.data.champ_answers)
         )
         dataset, report = builder.build(champ_records(settings=settings))
         with atomic_directory(folder) as tmp:

@@ -4,8 +4,9 @@ CHAMP (package ``champ-dataset``) gives many answers as short English sentences 
 "0 is the only possible value", "The limit exists and is equal to 2/3", "2 inequalities", "Exactly one",
 "100 (i.e., all values)", "C(10, 5), or equivalently 252", "5/14, or approximately 35.7%". These rules
 belong to that data set, not to the grader: :func:`gold_alternatives` reduces such a gold answer to the
-maths it states (one string per accepted alternative), and the grader
-(:mod:`trl_explore.rewards.grading`) calls it only for golds that Math-Verify cannot read whole.
+maths it states (one string per accepted alternative). It reaches the grader as data, as its ``gold_normalizer``
+(:class:`~trl_explore.rewards.grading.GraderOptions`), which applies it only to golds that Math-Verify cannot read
+whole; ``trl_explore.data.gold_normalizers`` names it ``"champ"`` for the places that grade CHAMP.
 
 Pure string functions; no maths library is imported here.
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-# Unicode maths symbols that CHAMP uses, as ASCII.
-UNICODE_REPLACEMENTS = {"−": "-", "–": "-", "≥": ">=", "≤": "<=", "×": "*", "·": "*", "≠": "!=", "π": "pi", "∞": "inf"}
+from trl_explore.rewards.gold_text import UNICODE_REPLACEMENTS, clean_gold_text  # noqa: F401 - re-exported
+
 
 # "A, or equivalently B" -> both A and B are accepted; "A, or approximately B" -> only A (B is rounded).
 _ALTERNATIVE_SEPARATOR = re.compile(r",\s*or (?:equivalently|an equivalent form such as)\s+", re.IGNORECASE)
@@ -78,14 +79,6 @@ def unwrap_phrase(text: str) -> str:
             inner = match.group("x").strip()
             return _NUMBER_WORDS.get(inner.lower(), inner)
     return text
-
-
-def clean_gold_text(gold: str) -> str:
-    """Unicode maths symbols to ASCII, whitespace collapsed, one final ``.`` dropped (not an ellipsis)."""
-    text = str(gold)
-    for old, new in UNICODE_REPLACEMENTS.items():
-        text = text.replace(old, new)
-    return re.sub(r"(?<!\.)\.$", "", " ".join(text.split())).strip()
 
 
 def gold_alternatives(gold: str) -> list[str]:

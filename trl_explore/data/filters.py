@@ -58,12 +58,14 @@ def token_lengths(texts: Sequence[str], tokenizer, batch_size: int = 1024, cache
     return [lengths[text] for text in texts]
 
 
-def gold_is_parseable(gold: str) -> bool:
-    """Whether the project's math verifier parses ``gold`` whole (else ``parse_gold`` raises ``GoldAnswerError``)."""
+def gold_is_parseable(gold: str, gold_normalizer: str = "none") -> bool:
+    """Whether the project's math verifier parses ``gold`` whole (else ``parse_gold`` raises ``GoldAnswerError``);
+    ``gold_normalizer``: the data set's phrasing rules, by name (:mod:`trl_explore.data.gold_normalizers`)."""
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
     from trl_explore.rewards.math_verify_reward import GoldAnswerError, parse_gold
 
     try:
-        parse_gold(gold)
+        parse_gold(gold, gold_normalizer=GOLD_NORMALIZERS[gold_normalizer])
     except GoldAnswerError:
         return False
     return True
@@ -74,14 +76,16 @@ TEACHER_VERDICTS_DESC = "Verifying teacher answers (cached after the first build
 _SAVE_EVERY = 2048  # new verdicts between two saves of the cache: an interrupted build keeps most of its work
 
 
-def golds_parseable(golds: Sequence[str], num_proc: int = 1, cache=None) -> list[bool]:
+def golds_parseable(golds: Sequence[str], num_proc: int = 1, cache=None, gold_normalizer: str = "none") -> list[bool]:
     """:func:`gold_is_parseable` of each gold, on ``num_proc`` worker processes in one call; ``cache``: a
     :class:`~trl_explore.data.build_cache.VerdictCache` to read them from and add them to (None: no cache)."""
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
     from trl_explore.rewards.math_verify_reward import golds_parseable as parseable
 
     known = cache.lookup_golds(golds) if cache is not None else [None] * len(golds)
     todo = [gold for gold, ok in zip(golds, known) if ok is None]
-    found = dict(zip(todo, parseable(todo, num_workers=num_proc))) if todo else {}
+    normalizer = GOLD_NORMALIZERS[gold_normalizer]
+    found = dict(zip(todo, parseable(todo, num_workers=num_proc, gold_normalizer=normalizer))) if todo else {}
     if cache is not None and found:
         cache.add_golds(list(found), list(found.values()))
         cache.save()
@@ -95,6 +99,7 @@ def judge_completions(
     desc: str = "Verifying",
     grader_mode: str = "math_verify",
     cache=None,
+    gold_normalizer: str = "none",
 ) -> list[bool]:
     """Correctness of each ``(completion, gold)`` pair with the package's grader (Math-Verify's semantics by default).
 
@@ -105,6 +110,8 @@ def judge_completions(
         show_progress: show a tqdm bar (over the pairs that are not cached).
         desc: the bar's text.
         grader_mode: the grader mode (:data:`trl_explore.rewards.modes.MODES`), as in training and evaluation.
+        gold_normalizer: the data set's phrasing rules for its golds, by name
+            (:data:`~trl_explore.data.gold_normalizers.GOLD_NORMALIZERS`; default ``"none"``).
         cache: a :class:`~trl_explore.data.build_cache.VerdictCache` of the same grader mode, or None: cached
             pairs are not graded again, and new verdicts are added to it (saved every 2,048 and at the end).
 
@@ -115,8 +122,13 @@ def judge_completions(
         GoldAnswerError: a gold answer is unparseable.
         ValueError: ``cache`` is of another grader mode.
     """
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
     from trl_explore.rewards.math_verify_reward import GoldAnswerError, grade_batch
 
+    normalizer = GOLD_NORMALIZERS[gold_normalizer]
+    if cache is not None and cache.gold_normalizer != gold_normalizer:
+        raise ValueError(f"the verdict cache holds verdicts read with gold_normalizer={cache.gold_normalizer!r}, not "
+                         f"{gold_normalizer!r}")
     if cache is not None and cache.grader_mode != grader_mode:
         raise ValueError(f"the verdict cache holds grader_mode={cache.grader_mode!r} verdicts, not {grader_mode!r}")
     verdicts = cache.lookup(pairs) if cache is not None else [None] * len(pairs)
@@ -130,7 +142,7 @@ def judge_completions(
             rows = todo[start : start + chunk]
             batch = [pairs[i] for i in rows]
             graded = grade_batch([c for c, _ in batch], [g for _, g in batch], mode=grader_mode, num_workers=num_proc,
-                                 outcomes=True)  # fmt: skip
+                                 outcomes=True, gold_normalizer=normalizer)  # fmt: skip
             for (_, gold), verdict in zip(batch, graded):
                 if verdict is None:
                     raise GoldAnswerError(f"gold answer {gold!r} cannot be parsed")

@@ -24,6 +24,13 @@ from trl_explore.rewards.benchmark_grading import grade_completion
 from trl_explore.sampling.plan import Generations, SamplingPlan
 
 
+def _gold_normalizer(benchmark: str):
+    """The benchmark's phrasing rules for its golds (CHAMP's for ``champ``; :mod:`trl_explore.data.gold_normalizers`)."""
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS, gold_normalizer_for
+
+    return GOLD_NORMALIZERS[gold_normalizer_for(benchmark)]
+
+
 def check_gold_answers(dataset) -> None:
     """Fail before generating if a maths gold answer cannot be parsed by math-verify.
 
@@ -36,7 +43,7 @@ def check_gold_answers(dataset) -> None:
         if row["grading"] != "math":
             continue
         try:
-            parse_gold(row["answer"])
+            parse_gold(row["answer"], gold_normalizer=_gold_normalizer(row["benchmark"]))
         except GoldAnswerError as err:
             raise ValueError(
                 f"benchmark {row['benchmark']!r}, problem {row['problem_id']!r}: gold answer {row['answer']!r} "
@@ -77,7 +84,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
             bar.update(1)
             extracted, correct = grade_completion(
                 text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds,
-                grader_mode=grader_mode,
+                grader_mode=grader_mode, gold_normalizer=_gold_normalizer(row["benchmark"]),
             )
             records.append(
                 {

@@ -113,7 +113,8 @@ def extract_final_text(completion: Any) -> str | None:
 
 
 def grade_completion(completion: Any, answer: str, grading: str, num_choices: int = 0,
-                     timeout_seconds: float = 5.0, grader_mode: str = "math_verify") -> tuple[str | None, bool]:
+                     timeout_seconds: float = 5.0, grader_mode: str = "math_verify",
+                     gold_normalizer=None) -> tuple[str | None, bool]:
     """Extracted answer and verdict of one completion.
 
     Args:
@@ -125,6 +126,7 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
         grader_mode: (``math`` only) the grader mode, the same option as the training reward's (default
             ``"math_verify"``; ``"boxed"`` counts only the last closed ``\\boxed{}``); see
             :mod:`trl_explore.rewards.grading`.
+        gold_normalizer: (``math`` only) the benchmark's phrasing rules for its golds (``GraderOptions``).
 
     Returns:
         ``(extracted answer or None, correct)``.
@@ -136,7 +138,8 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
     if grading == "math":
         from trl_explore.rewards.math_verify_reward import extract_answer, verify_answer
 
-        correct = verify_answer(completion, answer, mode=grader_mode, timeout_seconds=timeout_seconds)
+        correct = verify_answer(completion, answer, mode=grader_mode, timeout_seconds=timeout_seconds,
+                                gold_normalizer=gold_normalizer)
         return extract_answer(completion, mode=grader_mode, timeout_seconds=timeout_seconds), bool(correct)
     if grading == "multiple_choice":
         letter = extract_choice_letter(completion, num_choices)

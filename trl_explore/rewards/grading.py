@@ -65,7 +65,7 @@ import functools
 import itertools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ import sympy
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtractionConfig
 
-from trl_explore.data.champ_answers import clean_gold_text, gold_alternatives
+from trl_explore.rewards.gold_text import clean_gold_text
 from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
 from trl_explore.rewards.guards import (
     failed_guard,
@@ -117,6 +117,10 @@ class GraderOptions:
         mode: one of :data:`MODES` (default ``"math_verify"``).
         guards: the guard-rail classes to apply, a subset of :data:`GUARDS` (default: all).
         recall: apply the recall rules (default True; used in the ``"math_verify"`` and ``"boxed"`` modes only).
+        gold_normalizer: a data set's phrasing rules for its gold answers, ``gold_normalizer(text) -> [alternatives]``
+            (the maths a gold states, one string per accepted reading; e.g. CHAMP's
+            ``trl_explore.data.champ_answers.gold_alternatives``), applied to golds Math-Verify cannot read whole.
+            Default None: the gold text itself. A module-level function (it is sent to the grading workers).
 
     Raises:
         ValueError: an unknown mode or guard, naming the valid ones.
@@ -125,6 +129,7 @@ class GraderOptions:
     mode: str = DEFAULT_MODE
     guards: frozenset = field(default_factory=lambda: frozenset(GUARDS))
     recall: bool = True
+    gold_normalizer: Callable[[str], list[str]] | None = None
 
     def __post_init__(self) -> None:
         check_grader_mode(self.mode, "mode")
@@ -253,13 +258,14 @@ def parse_latex_whole(latex: str) -> list:
 # --------------------------------------------------------------------------------------------------
 
 
-def _own_gold_reading(gold: str, keep_chained_equalities: bool) -> list:
-    """This package's reading of a gold: CHAMP phrasing, ASCII maths to LaTeX, each alternative parsed whole.
+def _own_gold_reading(gold: str, keep_chained_equalities: bool, gold_normalizer=None) -> list:
+    """This package's reading of a gold: the data set's phrasing rules (``gold_normalizer``), ASCII maths to LaTeX,
+    each alternative parsed whole.
 
     Returns a list of parsed forms (sympy objects and their texts, or ``"yes"``/``"no"``). Raises GoldAnswerError.
     """
     forms: list = []
-    for alternative in gold_alternatives(gold):
+    for alternative in (gold_normalizer(gold) if gold_normalizer is not None else [gold]):
         word = yes_no_word(alternative)
         if word is not None:
             forms.append(word)
@@ -281,14 +287,14 @@ def _own_gold_reading(gold: str, keep_chained_equalities: bool) -> list:
 
 
 @functools.lru_cache(maxsize=8192)
-def _read_gold_cached(gold: str, keep_chained_equalities: bool) -> tuple[bool, Any]:
+def _read_gold_cached(gold: str, keep_chained_equalities: bool, gold_normalizer=None) -> tuple[bool, Any]:
     try:
-        return True, _read_gold_uncached(gold, keep_chained_equalities)
+        return True, _read_gold_uncached(gold, keep_chained_equalities, gold_normalizer)
     except GoldAnswerError as err:
         return False, str(err)
 
 
-def _read_gold_uncached(gold: str, keep_chained_equalities: bool) -> list:
+def _read_gold_uncached(gold: str, keep_chained_equalities: bool, gold_normalizer=None) -> list:
     text = clean_gold_text(gold)
     if not text:
         raise GoldAnswerError(f"empty gold answer {gold!r}")
@@ -306,7 +312,7 @@ def _read_gold_uncached(gold: str, keep_chained_equalities: bool) -> list:
             return whole  # bare LaTeX that Math-Verify reads only in part (2^{n-1} without $ as 2)
         return mv_reading
     try:
-        own_reading = _own_gold_reading(text, keep_chained_equalities)
+        own_reading = _own_gold_reading(text, keep_chained_equalities, gold_normalizer)
     except GoldAnswerError:
         if mv_reading and not is_prose(text) and "..." not in text:
             return mv_reading
@@ -328,13 +334,14 @@ def is_prose(text: str) -> bool:
     return any(word.lower() not in _MATHS_WORDS for word in re.findall(r"[A-Za-z]{3,}", text))
 
 
-def read_gold(gold: Any, keep_chained_equalities: bool = True) -> list:
+def read_gold(gold: Any, keep_chained_equalities: bool = True, gold_normalizer=None) -> list:
     """The accepted forms of a gold answer: Math-Verify's parse, or this package's reading of plain text.
 
     Args:
         gold: the gold answer (LaTeX or plain text; a number is converted with ``str``), at most
             ``MAX_ANSWER_CHARS`` characters and ``MAX_NESTING`` nested brackets.
         keep_chained_equalities: the ``chained_equality`` guard (default True).
+        gold_normalizer: a data set's phrasing rules (see :class:`GraderOptions`); default None.
 
     Returns:
         A list as ``math_verify.parse`` returns it (sympy objects and their texts), or ``["yes"]``/``["no"]``.
@@ -345,7 +352,7 @@ def read_gold(gold: Any, keep_chained_equalities: bool = True) -> list:
     """
     if gold is None:
         raise GoldAnswerError("gold answer is None")
-    ok, value = _read_gold_cached(str(gold), keep_chained_equalities)
+    ok, value = _read_gold_cached(str(gold), keep_chained_equalities, gold_normalizer)
     if not ok:
         raise GoldAnswerError(value)
     return value
@@ -651,7 +658,7 @@ def _recall(text: str, gold: str, gold_parsed: list, prediction: list, options: 
     if rewritten_text == text and rewritten_gold == gold:
         return None
     try:
-        gold_parsed = read_gold(rewritten_gold, "chained_equality" in options.guards)
+        gold_parsed = read_gold(rewritten_gold, "chained_equality" in options.guards, options.gold_normalizer)
     except GoldAnswerError:
         return None
     prediction = read_prediction(rewritten_text, options)
@@ -704,7 +711,7 @@ def grade(
     """
     text = completion_text(completion)
     gold = str(gold) if gold is not None else None
-    gold_parsed = read_gold(gold, "chained_equality" in options.guards)
+    gold_parsed = read_gold(gold, "chained_equality" in options.guards, options.gold_normalizer)
     if gold_parsed[0] in ("yes", "no"):
         return predicted_yes_no(text, options.mode) in gold_parsed
     prediction = read_prediction(text, options)

@@ -69,9 +69,9 @@ def _grade_task(
         return "gold_error", str(err)
 
 
-def _gold_task(gold: str, keep_chained_equalities: bool) -> tuple[str, Any]:
+def _gold_task(gold: str, keep_chained_equalities: bool, gold_normalizer=None) -> tuple[str, Any]:
     try:
-        return "ok", read_gold(gold, keep_chained_equalities)
+        return "ok", read_gold(gold, keep_chained_equalities, gold_normalizer)
     except GoldAnswerError as err:
         return "gold_error", str(err)
 
@@ -167,10 +167,11 @@ def _check_workers(num_workers: int) -> int:
     return num_workers
 
 
-def _options(mode: str, guards: Sequence[str] | None, recall: bool) -> GraderOptions:
+def _options(mode: str, guards: Sequence[str] | None, recall: bool, gold_normalizer=None) -> GraderOptions:
     if isinstance(guards, str):
         raise TypeError(f"guards must be a list of guard names (of {GUARDS}), got the string {guards!r}")
-    return GraderOptions(mode=mode, guards=GUARDS if guards is None else frozenset(guards), recall=recall)
+    return GraderOptions(mode=mode, guards=GUARDS if guards is None else frozenset(guards), recall=recall,
+                         gold_normalizer=gold_normalizer)
 
 
 def _gold_text(gold: Any, row: int) -> str | None:
@@ -209,6 +210,7 @@ def grade_batch(
     prompts: Sequence[Any] | None = None,
     terminated: Sequence[bool | None] | None = None,
     outcomes: bool = False,
+    gold_normalizer=None,
 ) -> list[bool | str | None]:
     """Verdicts for ``(completion, gold)`` pairs, graded on ``num_workers`` worker processes.
 
@@ -227,6 +229,8 @@ def grade_batch(
             (default None: the ``"unterminated"`` guard does not judge).
         outcomes: give ``"timeout"`` for a pair past the timeout and ``"error"`` for one whose worker failed, instead
             of False with a warning (default False; the offline builder caches only real verdicts).
+        gold_normalizer: a data set's phrasing rules for its golds (``GraderOptions.gold_normalizer``; e.g. CHAMP's
+            ``trl_explore.data.champ_answers.gold_alternatives``); default None.
 
     Returns:
         ``list[bool | None]``: True/False, or None where the gold cannot be parsed (and, with ``outcomes``,
@@ -244,7 +248,7 @@ def grade_batch(
         raise ValueError(f"{len(completions)} completions for {len(golds)} gold answers")
     prompt_texts = _per_row(prompts, "prompts", len(completions), prompt_text)
     ended = _per_row(terminated, "terminated", len(completions), lambda t: None if t is None else bool(t))
-    options = _options(mode, guards, recall)
+    options = _options(mode, guards, recall, gold_normalizer)
     timeout_seconds, num_workers = _check_timeout(timeout_seconds), _check_workers(num_workers)
     texts = [completion_text(c) for c in completions]
     tasks = [(text, _gold_text(gold, row), options, prompt_texts[row], ended[row])
@@ -285,6 +289,7 @@ def verify_answer(
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     prompt: Any = None,
     terminated: bool | None = None,
+    gold_normalizer=None,
 ) -> bool:
     """True iff the completion's final answer is equivalent to ``gold`` (``R_m``; OGER Eq. 7-8, ASE-GRPO §3.1).
 
@@ -294,6 +299,7 @@ def verify_answer(
         mode, guards, recall, timeout_seconds: as in :func:`grade_batch`.
         prompt, terminated: the prompt and whether the completion ended with an EOS (default None: unknown), as
             ``prompts`` and ``terminated`` of :func:`grade_batch`.
+        gold_normalizer: a data set's phrasing rules for its golds, as in :func:`grade_batch`.
 
     Raises:
         GoldAnswerError: ``gold`` cannot be parsed (or its parse timed out).
@@ -301,18 +307,21 @@ def verify_answer(
     """
     if gold is None:
         raise GoldAnswerError("gold answer is None")
-    parse_gold(gold, timeout_seconds=timeout_seconds, keep_chained_equalities=guards is None or "chained_equality" in guards)
+    parse_gold(gold, timeout_seconds=timeout_seconds, keep_chained_equalities=guards is None or "chained_equality" in guards,
+               gold_normalizer=gold_normalizer)
     (verdict,) = grade_batch(
         [completion], [gold], mode=mode, guards=guards, recall=recall, timeout_seconds=timeout_seconds,
-        prompts=[prompt], terminated=[terminated],
+        prompts=[prompt], terminated=[terminated], gold_normalizer=gold_normalizer,
     )  # fmt: skip
     if verdict is None:
         raise GoldAnswerError(f"gold answer {_short(str(gold))} cannot be parsed")
     return verdict
 
 
-def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, keep_chained_equalities: bool = True) -> list:
-    """The accepted forms of a gold answer (see :func:`trl_explore.rewards.grading.read_gold`).
+def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, keep_chained_equalities: bool = True,
+               gold_normalizer=None) -> list:
+    """The accepted forms of a gold answer (see :func:`trl_explore.rewards.grading.read_gold`; ``gold_normalizer``: a
+    data set's phrasing rules).
 
     Returns:
         A list as ``math_verify.parse`` returns it (sympy objects and texts), or ``["yes"]``/``["no"]``.
@@ -322,16 +331,17 @@ def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, k
     """
     if gold is None:
         raise GoldAnswerError("gold answer is None")
-    ((status, value),) = _run(_gold_task, [(str(gold), keep_chained_equalities)], _check_timeout(timeout_seconds), 1)
+    ((status, value),) = _run(_gold_task, [(str(gold), keep_chained_equalities, gold_normalizer)],
+                              _check_timeout(timeout_seconds), 1)
     if status != "ok":
         raise GoldAnswerError(f"parsing gold answer {_short(str(gold))} failed: {value}")
     return value
 
 
 def golds_parseable(golds: Sequence[Any], *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, num_workers: int = 1,
-                    keep_chained_equalities: bool = True) -> list[bool]:
+                    keep_chained_equalities: bool = True, gold_normalizer=None) -> list[bool]:
     """Whether :func:`parse_gold` parses each gold (None, a timeout or a failed worker: False), in one pool call."""
-    tasks = [(str(gold), keep_chained_equalities) for gold in golds]
+    tasks = [(str(gold), keep_chained_equalities, gold_normalizer) for gold in golds]
     outcomes = _run(_gold_task, tasks, _check_timeout(timeout_seconds), _check_workers(num_workers))
     return [gold is not None and status == "ok" for gold, (status, _) in zip(golds, outcomes)]
 
@@ -376,6 +386,8 @@ class MathVerifyReward:
         num_workers: grading processes per call (default 1).
         name: ``__name__``, which TRL uses in metric names (default ``"math_reward"``).
         eos_token_ids: token ids that end a completion (default None: the calling trainer's, see above).
+        gold_normalizer: the training data's phrasing rules for its golds (``GraderOptions.gold_normalizer``; CHAMP's:
+            ``trl_explore.data.loading.gold_normalizer_for("champ")``); default None.
 
     Rows whose gold answer cannot be parsed get ``None`` (TRL turns it into NaN and leaves it out of the reward
     sums). Each such row adds one to ``num_unparseable_gold``, and a warning is logged once per row id
@@ -396,9 +408,10 @@ class MathVerifyReward:
         num_workers: int = 1,
         name: str = "math_reward",
         eos_token_ids: Sequence[int] | None = None,
+        gold_normalizer=None,
     ) -> None:
         self.answer_column = answer_column
-        self.options = _options(mode, guards, recall)
+        self.options = _options(mode, guards, recall, gold_normalizer)
         self.timeout_seconds = _check_timeout(timeout_seconds)
         self.num_workers = _check_workers(num_workers)
         self.__name__ = name
@@ -464,6 +477,7 @@ class MathVerifyReward:
         verdicts = grade_batch(
             list(texts), golds, mode=self.options.mode, guards=self.options.guards, recall=self.options.recall,
             timeout_seconds=self.timeout_seconds, num_workers=self.num_workers, prompts=prompt_texts, terminated=ended,
+            gold_normalizer=self.options.gold_normalizer,
         )  # fmt: skip
         rewards: list[float | None] = []
         for row, (verdict, gold) in enumerate(zip(verdicts, golds)):
