@@ -278,6 +278,11 @@ def seeded_random(seed: int, *key: str) -> random.Random:
 
 
 def check_levels(levels: Sequence[str]) -> list[str]:
+    """The level names asked for (a name or a list), without repeats, in the order given.
+
+    Raises:
+        ValueError: an unknown name, or none at all (the message lists the levels).
+    """
     if isinstance(levels, str):
         levels = [levels]
     unknown = [name for name in levels if name not in LEVELS]
@@ -306,10 +311,11 @@ def ladder_problems(
     test_size: int | Mapping[str, int] = 64,
     seed: int = 0,
 ) -> dict[str, list[LadderProblem]]:
-    """The problems of every split, for ALL levels (select levels afterwards; see the module docstring).
+    """The problems of every split (see the module docstring for how they are drawn).
 
     Args:
-        train_size, validation_size, test_size: problems per level (an int), or ``{level: n}``.
+        train_size, validation_size, test_size: problems per level (an int: every level), or ``{level: n}`` (levels
+            left out get none).
         seed: the generator's seed.
 
     Returns:
