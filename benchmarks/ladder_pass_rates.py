@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -175,8 +176,31 @@ def summarize(rows: list[dict], scores: list[float], levels: list[str]) -> dict:
             "greedy": round(statistics.fmean(greedy), 3) if greedy else None,
             "finished": round(statistics.fmean(r["finished"] for r, _ in sampled), 3),
             "mean_tokens": round(statistics.fmean(len(r["completion_ids"]) for r, _ in sampled), 1),
+            # graded 1 although the gold number is written nowhere (e.g. the question's expression echoed and
+            # evaluated by Math-Verify): likely false positives, for the grader's guard-rails to remove
+            "unwritten_1s": sum(s == 1.0 and not re.search(rf"(?<![\d.]){r['answer']}(?![\d.])", r["completion"])
+                                for r, s in sampled),
         }
     return out
+
+
+def operator_breakdown(rows: list[dict], scores: list[float]) -> dict[str, dict]:
+    """Per level and operator pattern (``+``, ``-+``, ...; ``+ carry`` / ``- borrow`` for the two-operand levels with
+    a two-digit operand): problems, sampled pass rate, greedy accuracy."""
+    table: dict[str, dict] = {}
+    for r, s in zip(rows, scores):
+        expression = r["problem_id"].split(":", 2)[2].removeprefix("word:")
+        ops = re.sub(r"\d", "", expression)
+        if len(ops) == 1 and r["level"] in ("two_plus_one", "two_digit"):
+            a, b = map(int, re.split(r"[-+]", expression))
+            if (ops == "+" and a % 10 + b % 10 >= 10) or (ops == "-" and a % 10 < b % 10):
+                ops += " carry" if ops == "+" else " borrow"
+        entry = table.setdefault(f"{r['level']} {ops}", {"problems": set(), "sampled": [], "greedy": []})
+        entry["problems"].add(r["problem_id"])
+        entry[r["kind"]].append(s)
+    return {key: {"problems": len(e["problems"]), "pass_rate": round(statistics.fmean(e["sampled"]), 3),
+                  "greedy": round(statistics.fmean(e["greedy"]), 3) if e["greedy"] else None}
+            for key, e in sorted(table.items())}
 
 
 def write_table() -> None:
@@ -188,7 +212,9 @@ def write_table() -> None:
              "Columns: mean per-problem pass rate; mixed = fraction of problems with 0 < pass < 1 over all k samples "
              "(and over the first 4, a GRPO group of 4); never / always = pass 0 / 1; quartiles of the per-problem "
              "pass rates; greedy accuracy (one greedy completion per problem); finished = completions that ended with "
-             "EOS within the budget; mean completion length in tokens.", ""]
+             "EOS within the budget; mean completion length in tokens; samples graded 1 whose text never writes "
+             "the gold number (likely false positives, e.g. an echoed question expression that Math-Verify "
+             "evaluates).", ""]
     for summary_file in sorted(OUT.glob("*/summary.json")):
         s = json.loads(summary_file.read_text())
         lines += [f"## `{s['name']}`: prompt format `{s['settings']['prompt_format']}`", "",
@@ -196,13 +222,20 @@ def write_table() -> None:
                   + (f"{s['generation_seconds']:.0f} s" if s["generation_seconds"] else "time not recorded")
                   + " on a shared 2-core host (loaded by other jobs: not a timing).", "",
                   "| level | problems | pass rate | mixed (k) | mixed (first 4) | never | always | quartiles | greedy "
-                  "| finished | tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| finished | tokens | 1s, gold unwritten |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for level, f in s["levels"].items():
             lines.append(f"| {level} | {f['problems']} | {f['pass_rate']:.2f} | {f['mixed']:.2f} | "
                          f"{f['mixed_first4']:.2f} | {f['never']:.2f} | {f['always']:.2f} | "
                          f"{' / '.join(f'{q:.2f}' for q in f['quartiles'])} | "
                          f"{'-' if f['greedy'] is None else format(f['greedy'], '.2f')} | {f['finished']:.2f} | "
-                         f"{f['mean_tokens']:.0f} |")
+                         f"{f['mean_tokens']:.0f} | {f.get('unwritten_1s', '-')} |")
+        if s.get("operators"):
+            lines += ["", "<details><summary>By operator pattern</summary>", "",
+                      "| level and operators | problems | pass rate | greedy |", "|---|---|---|---|"]
+            for key, e in s["operators"].items():
+                greedy = "-" if e["greedy"] is None else f"{e['greedy']:.2f}"
+                lines.append(f"| {key} | {e['problems']} | {e['pass_rate']:.2f} | {greedy} |")
+            lines += ["", "</details>"]
         if s.get("note"):
             lines += ["", s["note"]]
         lines.append("")
@@ -251,6 +284,7 @@ def main() -> None:
         "note": args.note if args.note is not None else previous.get("note"),
         "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
         "levels": summarize(rows, scores, args.levels),
+        "operators": operator_breakdown(rows, scores),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if pathlib.Path(args.out) == OUT:

@@ -193,6 +193,8 @@ def test_level_spaces_have_the_documented_size_and_the_generator_stays_inside(la
 def test_asking_a_level_for_more_problems_than_it_holds_names_the_level():
     with pytest.raises(ValueError, match="'one_digit' holds too few distinct problems"):
         ladder_dataset(levels=["one_digit"], train_size={"one_digit": 200})
+    # a size beyond one_digit's 255 problems is fine for a level that holds more, when one_digit is not asked for
+    assert len(ladder_dataset(levels=["two_digit"], train_size=300)["train"]) == 300
 
 
 @pytest.mark.parametrize("kwargs, message", [

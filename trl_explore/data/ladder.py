@@ -149,7 +149,11 @@ def ladder_dataset(
     styles = check_styles(styles)
     if max_length is not None and (not isinstance(max_length, int) or max_length <= 0):
         raise ValueError(f"max_length must be a positive number of tokens or None, got {max_length!r}")
-    problems = ladder_problems(train_size, validation_size, test_size, seed)
+    # an int size applies to the levels asked for only (the others are not drawn: the levels' problem spaces are
+    # disjoint, so no level's problems depend on another's)
+    sizes = [size if isinstance(size, Mapping) else dict.fromkeys(names, size)
+             for size in (train_size, validation_size, test_size)]
+    problems = ladder_problems(*sizes, seed=seed)
     splits = {}
     for split in SPLITS:
         rows = [ladder_row(p, styles, prompt_format) for p in problems[split] if p.level in names]

@@ -1,20 +1,25 @@
 """Ladder problems: the structured problem, the levels and their random draws, and the seeded split into train,
 validation and test (see :mod:`trl_explore.data.ladder` for the data set built from them).
 
-Levels (:data:`LEVELS`, by the embedded policy's measured pass rate; figures in
-``benchmarks/results/ladder_pass_rates.md``):
+Levels (:data:`LEVELS`), easiest first: the embedded policy's mean pass rate and greedy accuracy on 32 validation
+problems x 8 samples (T = 1, no top-k, <= 96 tokens, the default prompt; ``benchmarks/results/ladder_pass_rates.md``,
+which also gives the fraction of mixed groups and the rates per operator):
 
-=====================  ========================================================================================
-``one_digit``          ``a op b``, ``a, b`` in 0-9, ``op`` one of + - × ÷ (``a >= b`` for -; ``a = b * q`` with
-                       ``b`` in 1-9 and ``q`` in 0-9 for ÷): 255 distinct problems
-``one_digit_two_ops``  ``a ± b ± c``, ``a, b, c`` in 0-9, every partial result >= 0 (2,605 problems)
-``two_plus_one``       two-digit ± one-digit: ``a`` in 10-99, ``b`` in 1-9, either order for + (1,620 problems)
-``two_digit``          two-digit ± two-digit, ``a, b`` in 10-99, ``a >= b`` for - (8,190 problems)
-``two_digit_two_ops``  ``a ± b ± c``, ``a, b, c`` in 10-99, every partial result >= 0 (1,829,790 problems)
-``word``               one-step word problems, three templates per operation: + with ``a`` in 2-20 and ``b`` in 2-9,
-                       - with ``a`` in 5-20, × with factors in 2-9, ÷ with divisor and quotient in 2-9 (376 problems:
-                       124 +, 152 -, 36 ×, 64 ÷)
-=====================  ========================================================================================
+=====================  =============  =============================================================================
+level                  pass / greedy  problems
+=====================  =============  =============================================================================
+``one_digit``          0.52 / 0.88    ``a op b``, ``a, b`` in 0-9, ``op`` one of + - × ÷ (``a >= b`` for -;
+                                      ``a = b * q`` with ``b`` in 1-9 and ``q`` in 0-9 for ÷): 255 distinct problems
+``two_digit``          0.16 / 0.34    ``a ± b``, ``a, b`` in 10-99, ``a >= b`` for - (8,190 problems)
+``one_digit_two_ops``  0.10 / 0.12    ``a ± b ± c``, ``a, b, c`` in 0-9, every partial result >= 0 (2,605 problems)
+``two_plus_one``       0.08 / 0.06    two-digit ± one-digit: ``a`` in 10-99, ``b`` in 1-9, either order for +
+                                      (1,620 problems)
+``word``               0.07 / 0.22    one-step word problems, three templates per operation: + with ``a`` in 2-20 and
+                                      ``b`` in 2-9, - with ``a`` in 5-20, × with factors in 2-9, ÷ with divisor and
+                                      quotient in 2-9 (376 problems: 124 +, 152 -, 36 ×, 64 ÷)
+``two_digit_two_ops``  0.02 / 0.00    ``a ± b ± c``, ``a, b, c`` in 10-99, every partial result >= 0 (1,829,790
+                                      problems); 88% of problems never solved in 8 samples: too hard for this policy
+=====================  =============  =============================================================================
 
 Every answer is a non-negative integer. No level mixes × or ÷ with another operation, so every expression is
 evaluated left to right.
@@ -256,14 +261,14 @@ LEVELS: dict[str, LadderLevel] = {
     level.name: level
     for level in (
         _level("one_digit", "one-digit + - × ÷", _draw_one_digit, (7, 3), ("-",)),
+        _level("two_digit", "two-digit ± two-digit", _draw_two_digit, (52, 31), ("+",)),
         _level("one_digit_two_ops", "one-digit a ± b ± c", _draw_two_ops(0, 9), (6, 3, 4), ("+", "-")),
         _level("two_plus_one", "two-digit ± one-digit", _draw_two_plus_one, (36, 5), ("+",)),
-        _level("two_digit", "two-digit ± two-digit", _draw_two_digit, (52, 31), ("+",)),
-        _level("two_digit_two_ops", "two-digit a ± b ± c", _draw_two_ops(10, 99), (25, 14, 12), ("+", "-")),
         _level("word", "one-step word problems", _draw_word, (9, 4), ("-",), WordSurface(0, "Sam", "He", "cards")),
+        _level("two_digit_two_ops", "two-digit a ± b ± c", _draw_two_ops(10, 99), (25, 14, 12), ("+", "-")),
     )
 }
-"""The levels, easiest first (by the embedded policy's measured pass rate)."""
+"""The levels, easiest first by the embedded policy's measured pass rate (see the module docstring)."""
 
 
 def seeded_random(seed: int, *key: str) -> random.Random:
@@ -273,6 +278,11 @@ def seeded_random(seed: int, *key: str) -> random.Random:
 
 
 def check_levels(levels: Sequence[str]) -> list[str]:
+    """The level names asked for (a name or a list), without repeats, in the order given.
+
+    Raises:
+        ValueError: an unknown name, or none at all (the message lists the levels).
+    """
     if isinstance(levels, str):
         levels = [levels]
     unknown = [name for name in levels if name not in LEVELS]
@@ -301,10 +311,11 @@ def ladder_problems(
     test_size: int | Mapping[str, int] = 64,
     seed: int = 0,
 ) -> dict[str, list[LadderProblem]]:
-    """The problems of every split, for ALL levels (select levels afterwards; see the module docstring).
+    """The problems of every split (see the module docstring for how they are drawn).
 
     Args:
-        train_size, validation_size, test_size: problems per level (an int), or ``{level: n}``.
+        train_size, validation_size, test_size: problems per level (an int: every level), or ``{level: n}`` (levels
+            left out get none).
         seed: the generator's seed.
 
     Returns:

@@ -83,7 +83,8 @@ def _steps(p: LadderProblem) -> str:
         return "\n".join(lines + [f"So the answer is {_boxed(v)}."])
     (a, b), op = p.operands, p.operators[0]
     if p.word is not None:
-        return (f"Step 1: the question needs {a} {_SYM[op]} {b}.\nStep 2: {_eq(a, op, b, v)}.\n"
+        kind = {"+": "an addition", "-": "a subtraction", "*": "a multiplication", "/": "a division"}[op]
+        return (f"Step 1: the story is {kind}, {a} {_SYM[op]} {b}.\nStep 2: {_eq(a, op, b, v)}.\n"
                 f"So the answer is {_boxed(v)}.")
     return f"{_one_op_steps(a, op, b, v)}\nSo the answer is {_boxed(v)}."
 
@@ -153,7 +154,7 @@ def _check(p: LadderProblem) -> str:
     if len(steps) > 1:  # the steps restate the expression already; a restated task would cost ~10 tokens
         task = "Working left to right: "
     else:
-        task = f"The question asks for {p.expression}. " if p.word is not None else f"We need {p.expression}. "
+        task = f"The question asks for {p.expression}: " if p.word is not None else f"We need {p.expression}: "
     work = ", then ".join(steps)
     check = " and ".join(reversed(checks))
     return f"{task}{work}. Check: {check}, as it should. The final answer is {_boxed(v)}."
