@@ -168,7 +168,7 @@ class ASEComponent(Component):
             offsets = steering_offsets(ids, table.float(), self.steerer.alpha).cpu()  # [B, d]
             self.rollout = ASERollout(ids, table, routes, offsets)
             if self.vllm_steerer is None:  # HF generate: behaviour log-probs from the logits generate computes
-                self._recorder = SampledTokenLogProbs(t.model, t.temperature)
+                self._recorder = SampledTokenLogProbs(t.model, t.sampler)  # the effective sampler's distribution
                 context = contextlib.ExitStack()
                 context.enter_context(self.steerer.steering(ids, table))
                 context.enter_context(self._recorder)
