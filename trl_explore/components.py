@@ -54,7 +54,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class Forward(NamedTuple):
     """Output of TRL's ``_get_per_token_logps_and_entropies``: ``[B, T]`` log-probs (nats), ``[B, T]`` entropies
-    (nats; None when not computed) and the auxiliary loss (None unless the model has one)."""
+    (nats; None when not computed) and the auxiliary loss (None unless the model has one). TRL's are of
+    ``softmax(logits / GRPOConfig.temperature)``; ``ExplorationTrainer.behaviour_forward``'s of the sampler's
+    processed distribution (``trl_explore.sampler_settings``)."""
 
     logps: torch.Tensor
     entropies: torch.Tensor | None
