@@ -141,3 +141,20 @@ def test_entropy_bonus_correction_by_hand():
     assert entropy_bonus_correction(entropies, all_mask, online_mask).item() == pytest.approx(0.0)
     online_mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]])  # token 3 only: 2 - 3 = -1
     assert entropy_bonus_correction(entropies, all_mask, online_mask).item() == pytest.approx(-1.0)
+
+
+def test_high_entropy_terms_by_hand():
+    """One rule for both kinds of tokens: below the threshold a token gets neither the shaping term nor the bonus."""
+    from trl_explore.oger.policy_shaping import entropy_bonus_correction, high_entropy_terms
+
+    shaping = torch.tensor([[-0.5, -0.25], [-1.0, -2.0]])
+    all_mask = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    online_mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # row 1 is a teacher row
+    entropies = torch.tensor([[1.0, 3.0], [2.0, 6.0]])
+    assert high_entropy_terms(shaping, all_mask, online_mask) == (shaping, all_mask, online_mask)  # quantile 1
+    high = torch.tensor([[False, True], [False, True]])  # H >= 2.5: 3 (online) and 6 (teacher)
+    masked, bonus_all, bonus_online = high_entropy_terms(shaping, all_mask, online_mask, high)
+    assert masked.tolist() == [[0.0, -0.25], [0.0, -2.0]]
+    assert bonus_all.tolist() == [[0.0, 1.0], [0.0, 1.0]] and bonus_online.tolist() == [[0.0, 1.0], [0.0, 0.0]]
+    # TRL's bonus: mean over the high online tokens = 3; corrected: mean over every high token = (3 + 6) / 2 = 4.5
+    assert entropy_bonus_correction(entropies, bonus_all, bonus_online).item() == pytest.approx(1.5)

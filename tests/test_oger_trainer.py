@@ -239,7 +239,7 @@ def test_entropy_recorder_one_entropy_per_row_equals_every_step(smollm2_tokenize
     before = (lengths - (stopped & (lengths > 1)).long())
     assert torch.equal(rec.last_token_entropy(before), entropy_from_logits(logits.float() / temperature)[rows, before - 1])
     with pytest.raises(ValueError, match="temperature"):
-        LastTokenEntropyRecorder(model, temperature=0.0)
+        LastTokenEntropyRecorder(model, 0.0)
 
 
 @pytest.mark.parametrize(

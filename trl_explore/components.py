@@ -32,7 +32,9 @@ hook (value) -> result                    when it runs                       wha
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
 forward after generation, its entropies, the loss forward) and :attr:`Component.reward_field_names` (the reward kwargs
 it adds; a dataset column of that name is refused). One service for the others: :meth:`Component.behaviour_context`,
-the distribution the current rollouts were sampled from (a teacher-forced forward under it reproduces them).
+the distribution the current rollouts were sampled from (a teacher-forced forward under it reproduces them); the
+driver adds the sampler's settings (``ExplorationTrainer.sampler``, ``trl_explore.sampler_settings``) and makes that
+forward (``ExplorationTrainer.behaviour_forward``).
 
 State: a component keeps what one hook hands to a later one on its own attributes, as one record per generation,
 replaced (never shared with another component); everything the components share travels in the values above (e.g.
@@ -52,7 +54,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class Forward(NamedTuple):
     """Output of TRL's ``_get_per_token_logps_and_entropies``: ``[B, T]`` log-probs (nats), ``[B, T]`` entropies
-    (nats; None when not computed) and the auxiliary loss (None unless the model has one)."""
+    (nats; None when not computed) and the auxiliary loss (None unless the model has one). TRL's are of
+    ``softmax(logits / GRPOConfig.temperature)``; ``ExplorationTrainer.behaviour_forward``'s of the sampler's
+    processed distribution (``trl_explore.sampler_settings``)."""
 
     logps: torch.Tensor
     entropies: torch.Tensor | None
@@ -226,6 +230,12 @@ class LossCall:
         advantages: ``[B, 1]`` or ``[B, T]`` advantages TRL's objective will use (after the ``advantages`` hooks so
             far); TRL broadcasts ``[B, 1]`` over tokens.
         loss: TRL's loss plus the terms added so far (``extra_loss`` only; None before TRL's objective ran).
+        entropy_mask: ``[B, T]`` bool, with ``top_entropy_quantile = q < 1``: the tokens whose entropy is at least
+            the ``(1 - q)``-quantile of the entropies of every token of ``inputs`` (``completion_mask * tool_mask``
+            as the batch arrived, before any ``loss_batch`` masked rows out; all processes), TRL's
+            ``get_high_entropy_mask``. TRL's objective and its entropy bonus cover the masked-in tokens of its own
+            rows; a component that trains rows outside TRL's objective applies the same mask to them. None at
+            ``q = 1`` (every token).
     """
 
     mode: str
@@ -234,6 +244,7 @@ class LossCall:
     batch: dict
     advantages: torch.Tensor
     loss: torch.Tensor | None = None
+    entropy_mask: torch.Tensor | None = None
 
 
 class Component:

@@ -8,12 +8,18 @@ fixed places of a step. The checkpoint side (component state, TRL's generation b
 exactly as the uninterrupted run.
 
 Metrics go to ``trainer._metrics[mode]`` like TRL's own, under each component's prefix (``oger/``, ``ase/``).
+
+Two distributions (``trl_explore.sampler_settings``): TRL's log-probs and entropies (:meth:`policy_forward`, the
+scoring and loss forwards) are of ``softmax(logits / GRPOConfig.temperature)``; the rollouts were sampled from the
+effective sampler :attr:`ExplorationTrainer.sampler` (``generation_kwargs`` merged, top-k / top-p / min-p
+truncations), which :meth:`behaviour_forward` reproduces.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 
 import torch
 from transformers import TrainerCallback
@@ -28,8 +34,12 @@ from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_position_ids_supported, mask_positions
 from trl_explore.resume import ResumableTrainerMixin
 from trl_explore.rewards.checks import check_column_clash, check_finite_rewards, not_scored_counts
+from trl_explore.sampler_settings import effective_sampler, processed_logits, token_logps_and_entropy
+from trl_explore.sampler_settings import trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
+
+logger = logging.getLogger(__name__)
 
 
 class _StepEnd(TrainerCallback):
@@ -71,6 +81,10 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
             own (OGER adds ``OGERRewardFunction``).
         components: the method parts; each prepares the construction, then is set up after TRL's ``__init__``.
 
+    Attributes:
+        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` the rollouts are drawn from (config plus
+            ``generation_kwargs``), read once after TRL's ``__init__``.
+
     Raises:
         ValueError: a dataset column that a component adds to the reward kwargs itself; fewer prompts than one
             generation batch; whatever a component's ``prepare`` raises (options against the configuration).
@@ -105,6 +119,11 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         if self.use_vllm:
             use_reload_weights_on_cpu(self.vllm_generation)  # vLLM's CPU backend: sync weights by reloading them
         self._tag_names = ["trl", "grpo", "trl-explore", *(tag for c in self.components for tag in c.tags)]
+        self.sampler = effective_sampler(self)  # the one source of truth for the sampling distribution
+        note = trl_temperature_note(self.sampler, self.temperature)
+        if note and self.accelerator.is_main_process:
+            logger.warning(note)
+        self._entropy_mask: torch.Tensor | None = None  # the loss's high-entropy tokens, chosen by the driver
         for component in self.components:
             component.setup(self)
         self.add_callback(_StepEnd(self.components))
@@ -131,9 +150,9 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         """A context reproducing the sampling distribution of the current rollouts (the components' steering)."""
         return _enter(contextlib.ExitStack(), (c.behaviour_context(mode) for c in self.components))
 
-    def policy_forward(self, prompt_ids: list, completion_ids: list, compute_entropy: bool = True) -> Forward:
-        """A no-grad, teacher-forced forward of the policy on the given completions (lists of ids, left-padded
-        prompts, right-padded completions), positions from the attention mask. Cost: one forward over the batch."""
+    def _teacher_forced_batch(self, prompt_ids: list, completion_ids: list):
+        """``(input_ids [B, P + T], attention_mask, completion_ids [B, T])`` on the device: left-padded prompts,
+        right-padded completions, as TRL lays out its batch."""
         from trl.trainer.utils import pad
 
         pad_id, device = self._tokenizer.pad_token_id, self.accelerator.device
@@ -141,9 +160,85 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         c = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right")
         pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left")
         cm = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0, padding_side="right")
+        return torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device), c.to(device)
+
+    def policy_forward(self, prompt_ids: list, completion_ids: list, compute_entropy: bool = True) -> Forward:
+        """A no-grad, teacher-forced forward of the policy on the given completions (lists of ids, left-padded
+        prompts, right-padded completions), positions from the attention mask: TRL's forward, so its ``[B, T]``
+        log-probs and entropies (nats) are of ``softmax(logits / GRPOConfig.temperature)``, the trained policy's
+        distribution (not necessarily the sampler's: :meth:`behaviour_forward`). Cost: one forward over the batch."""
+        input_ids, attention_mask, completions = self._teacher_forced_batch(prompt_ids, completion_ids)
         with torch.no_grad():
-            return Forward(*self._trl_forward(self.model, torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(
-                device), c.size(1), compute_entropy=compute_entropy))
+            return Forward(*self._trl_forward(self.model, input_ids, attention_mask, completions.size(1),
+                                              compute_entropy=compute_entropy))
+
+    def behaviour_forward(self, mode: str, prompt_ids: list, completion_ids: list,
+                          positions: torch.Tensor | None = None) -> Forward:
+        """A no-grad, teacher-forced forward under the distribution the current rollouts were sampled from: the
+        components' :meth:`behaviour_context` (e.g. a route's steering) and the effective sampler :attr:`sampler`
+        (temperature from ``generation_kwargs`` when given there, top-k / top-p / min-p as the truncated,
+        renormalised distribution: :func:`~trl_explore.sampler_settings.processed_logits`).
+
+        When the sampler's distribution is TRL's (:meth:`SamplerSettings.matches_trl`, the default) this is
+        :meth:`policy_forward` (TRL's fused forward, no logits); otherwise the logits of the positions asked for are
+        computed (``[rows, positions, V]`` float32 per chunk of rows, about 1 GiB at most) and processed.
+
+        Args:
+            mode: ``"train"`` or ``"eval"`` (the behaviour contexts depend on it).
+            prompt_ids, completion_ids: lists of ids per row.
+            positions: ``[B]`` completion lengths ``l_i`` in ``[1, len_i]``: only the distribution that produced token
+                ``l_i - 1`` of each row is computed. None: every completion position.
+
+        Returns:
+            :class:`~trl_explore.components.Forward` with ``logps`` (log-prob of each token under the distribution it
+            was drawn from; ``-inf`` for a token outside the kept set) and ``entropies`` (that distribution's Shannon
+            entropy), nats, ``[B, T]`` (``[B, 1]`` with ``positions``).
+
+        Raises:
+            ValueError: a position outside ``[1, len_i]``.
+        """
+        if positions is not None:
+            positions = positions.long().cpu()
+            lengths = torch.tensor([len(c) for c in completion_ids])
+            bad = (positions < 1) | (positions > lengths)
+            if bad.any():
+                rows = torch.nonzero(bad).flatten().tolist()
+                raise ValueError(f"positions of rows {rows} are outside [1, completion length]")
+        with self.behaviour_context(mode):
+            if self.sampler.matches_trl(self.temperature):
+                forward = self.policy_forward(prompt_ids, completion_ids, compute_entropy=True)
+                if positions is None:
+                    return forward
+                index = (positions - 1).to(forward.logps.device).unsqueeze(1)
+                return Forward(forward.logps.gather(1, index), forward.entropies.gather(1, index), None)
+            return self._processed_forward(prompt_ids, completion_ids, positions)
+
+    def _processed_forward(self, prompt_ids, completion_ids, positions) -> Forward:
+        """:meth:`behaviour_forward` with logits: the model's own forward (not TRL's fused head), ``logits_to_keep``
+        the positions asked for, processed by the sampler."""
+        input_ids, attention_mask, completions = self._teacher_forced_batch(prompt_ids, completion_ids)
+        num_rows, width = completions.shape
+        prompt_width = input_ids.size(1) - width
+        columns = torch.arange(width).expand(num_rows, -1) if positions is None else (positions - 1).unsqueeze(1)
+        keep = torch.unique(columns)  # completion columns; the logits at prompt_width - 1 + c predict column c
+        vocab = self.model.config.get_text_config().vocab_size
+        chunk = max(1, (1 << 28) // max(1, len(keep) * vocab))
+        logps, entropies = [], []
+        with torch.no_grad(), mask_positions(self.model):
+            for start in range(0, num_rows, chunk):
+                rows = slice(start, start + chunk)
+                with self.accelerator.autocast():
+                    logits = self.model(input_ids=input_ids[rows], attention_mask=attention_mask[rows],
+                                        logits_to_keep=(prompt_width - 1 + keep).to(input_ids.device),
+                                        use_cache=False).logits
+                if positions is not None:  # each row's own column among the kept ones: [r, 1, V]
+                    where = torch.searchsorted(keep, columns[rows]).to(logits.device)
+                    logits = logits.gather(1, where.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+                tokens = completions[rows].gather(1, columns[rows].to(completions.device))
+                lp, ent = token_logps_and_entropy(processed_logits(logits, self.sampler), tokens.to(logits.device))
+                logps.append(lp)
+                entropies.append(ent)
+        return Forward(torch.cat(logps), torch.cat(entropies), None)
 
     # ---------------------------------------------------------------- generation (TRL hooks)
     def _generate_and_score_completions(self, inputs):
@@ -250,7 +345,12 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
             component.observe_forward(ForwardResult(call, forward))
         advantages = inputs["advantages"]
         advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-        loss_call = LossCall(mode, inputs, forward, dict(inputs), advantages)
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:  # one threshold for every token of the batch, before components mask rows
+            tokens = inputs["completion_mask"]
+            tokens = tokens * inputs["tool_mask"] if "tool_mask" in inputs else tokens
+            entropy_mask = super().get_high_entropy_mask(forward.entropies, tokens, 1 - self.top_entropy_quantile)
+        loss_call = LossCall(mode, inputs, forward, dict(inputs), advantages, entropy_mask=entropy_mask)
         for component in users:
             loss_call = dataclasses.replace(loss_call, batch=component.loss_batch(loss_call))
         for component in users:
@@ -258,14 +358,24 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         batch = loss_call.batch
         if loss_call.advantages is not advantages:
             batch = {**batch, "advantages": loss_call.advantages}
-        self._replay = (input_ids, forward)
+        self._replay, self._entropy_mask = (input_ids, forward), entropy_mask
         try:
             loss = super()._compute_loss(model, batch)
         finally:
-            unused, self._replay = self._replay, None
+            unused, self._replay, self._entropy_mask = self._replay, None, None
         if unused is not None:
             raise RuntimeError("TRL's _compute_loss made no policy forward through _get_per_token_logps_and_entropies")
         loss_call = dataclasses.replace(loss_call, batch=batch, loss=loss)
         for component in users:
             loss_call = dataclasses.replace(loss_call, loss=component.extra_loss(loss_call))
         return loss_call.loss
+
+    def get_high_entropy_mask(self, entropies, mask, threshold):
+        # Overrides GRPOTrainer.get_high_entropy_mask (called by TRL's `_compute_loss` when top_entropy_quantile < 1):
+        # inside the driver's loss, the high-entropy tokens were chosen once, over every token of the batch as it
+        # arrived (LossCall.entropy_mask), so that rows a component takes out of TRL's objective and trains itself
+        # (OGER's teacher rows) share TRL's threshold; TRL's objective and entropy bonus cover its own tokens of them.
+        chosen = getattr(self, "_entropy_mask", None)
+        if chosen is not None:
+            return chosen & mask.bool()
+        return super().get_high_entropy_mask(entropies, mask, threshold)

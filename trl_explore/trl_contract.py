@@ -28,6 +28,8 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
         "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
     ),
     "_compute_loss": ("model", "inputs"),
+    # the loss's high-entropy tokens are chosen once by the driver, over the whole batch (LossCall.entropy_mask)
+    "get_high_entropy_mask": ("entropies", "mask", "threshold"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "save_model": ("output_dir", "_internal_call"),
     # exact resumption (trl_explore.resume): Trainer's per-process checkpoint hook carries TRL's generation buffer;
@@ -74,6 +76,10 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         # OGER masks offline rows out of TRL's objective through tool_mask
         'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]',
         "self._last_world_entropy",
+        # top_entropy_quantile < 1: one mask for TRL's objective and its bonus (the driver's LossCall.entropy_mask)
+        "entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)",
+        "per_token_loss = per_token_loss * entropy_mask",
+        "effective_mask = mask if entropy_mask is None else mask * entropy_mask",
     ),
     "_generate": (
         "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images",
@@ -100,7 +106,10 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     ),
     # every training / evaluation loss goes through the driver's `_compute_loss`
     "compute_loss": ("return self._compute_loss(model, inputs)",),
-    "__init__": ("self.vllm_generation = ",),
+    # the sampler (trl_explore.sampler_settings): generation_kwargs override the config's settings; TRL keeps the dict
+    # its GenerationConfig is built from; its fused LM head (its log-probs and entropies) uses the config's temperature
+    "__init__": ("self.vllm_generation = ", "generation_kwargs.update(args.generation_kwargs)",
+                 "self.generation_kwargs = generation_kwargs", "temperature=self.temperature,"),
     # exact resumption: TRL reads its buffer unless a generation is due or the buffer is empty (trl_explore.resume)
     "_prepare_inputs": (
         "if self._step % generate_every == 0 or self._buffered_inputs is None:",

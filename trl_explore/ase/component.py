@@ -168,7 +168,7 @@ class ASEComponent(Component):
             offsets = steering_offsets(ids, table.float(), self.steerer.alpha).cpu()  # [B, d]
             self.rollout = ASERollout(ids, table, routes, offsets)
             if self.vllm_steerer is None:  # HF generate: behaviour log-probs from the logits generate computes
-                self._recorder = SampledTokenLogProbs(t.model, t.temperature)
+                self._recorder = SampledTokenLogProbs(t.model, t.sampler)  # the effective sampler's distribution
                 context = contextlib.ExitStack()
                 context.enter_context(self.steerer.steering(ids, table))
                 context.enter_context(self._recorder)
@@ -320,7 +320,10 @@ class ASEComponent(Component):
         """``call.advantages`` times the truncated IS weights (HF path): ``min(pi_unsteered / pi_steered, is_cap)`` on
         steered tokens, 1 elsewhere (clean and offline rows). ``pi_unsteered`` is the policy at rollout time: TRL's
         ``old_per_token_logps`` when it kept them, else this forward's (detached) log-probs, equal to them when
-        generation is aligned with the optimizer step. As ``w > 0``, ``A * w`` multiplies each token's objective by
+        generation is aligned with the optimizer step; both are of ``softmax(logits / GRPOConfig.temperature)``.
+        ``pi_steered`` is the recorded behaviour log-prob (``sampling_per_token_logps``): the steered policy under the
+        effective sampler (``trainer.sampler``: the ``generation_kwargs`` temperature, top-k / top-p / min-p
+        truncation and renormalisation), i.e. the distribution the token was drawn from. As ``w > 0``, ``A * w`` multiplies each token's objective by
         ``w`` for every TRL loss type (verl's token-level TIS); the KL and entropy terms are not weighted."""
         inputs = call.inputs
         if self.trainer.use_vllm or not self._weighs(inputs, call.mode):

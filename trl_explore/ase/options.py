@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trl_explore.ase.controls import BANK_CONTROLS, BANK_READOUTS, ROUTE_ALLOCATIONS
 from trl_explore.config import ComponentOptions
+from trl_explore.sampler_settings import check_reproducible, effective_sampler
 
 
 @dataclass
@@ -81,6 +82,16 @@ class ASEOptions(ComponentOptions):
             With a component that puts rows into the groups that were not sampled from the policy (OGER's teacher
             trajectories), let those rows form contrast pairs too (with their clean readouts). Default: only
             sampled rows do, as in ASE-GRPO alone.
+
+    Behaviour log-probs and the sampler: with HF generation, the steered behaviour log-prob of a token is taken
+    under the distribution it was drawn from, with the sampler's effective settings (`trl_explore.sampler_settings`):
+    the temperature of `generation_kwargs` when it gives one (else `GRPOConfig.temperature`), and under `top_k` /
+    `top_p` / `min_p` the truncated, renormalised distribution (as vLLM's `processed_logprobs`). Settings it cannot
+    reproduce (`repetition_penalty != 1`, `do_sample=False`, `no_repeat_ngram_size`, ...) are refused when the config
+    or the trainer is built. The numerator of the weight, TRL's `old_per_token_logps`, is of `softmax(logits /
+    GRPOConfig.temperature)`, untruncated (TRL's convention, also that of its vLLM correction); under truncation the
+    weight of a steered token therefore also carries `pi_T / mu_truncated` (at most 1 without steering), while clean
+    rows keep weight 1.
 
     vLLM (`use_vllm=True`, colocate mode): the rollouts of all routes are generated in one vLLM call with the
     steering inside the engine, and vLLM's sampled-token log-probs are the steered (behaviour) ones. ASE's
@@ -184,7 +195,13 @@ class ASEOptions(ComponentOptions):
         if args.use_transformers_continuous_batching:
             raise NotImplementedError("ASE-GRPO does not support continuous batching (per-row steering needs "
                                       "`generate`)")
-        if not args.use_vllm:
+        if not args.use_vllm:  # the behaviour log-probs are recorded from generate's logits, processed as sampled
+            try:
+                check_reproducible(effective_sampler(args), "ASE-GRPO's behaviour log-probs (HF generation)",
+                                   "or generate with vLLM (use_vllm=True), whose own processed log-probs are the "
+                                   "behaviour log-probs")
+            except ValueError as error:
+                raise self.error(str(error)) from None
             return
         if args.vllm_model_impl == "transformers":
             raise ValueError(

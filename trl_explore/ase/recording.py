@@ -10,22 +10,38 @@ import torch
 from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.steering import readout_positions
 from trl_explore.models import unwrap_model
+from trl_explore.sampler_settings import SamplerSettings, processed_logits
 from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 
 
 class SampledTokenLogProbs:
-    """Records ``log softmax(logits / T)[sampled token]`` at every decoding step of one ``generate`` call.
+    """Records ``log softmax(processed_logits(logits, sampler))[sampled token]`` at every decoding step of one
+    ``generate`` call: the behaviour log-probs (nats) of the steered sampler.
 
     A forward hook on the (unwrapped) model reads the logits of the last position after each forward pass;
     the token sampled from them is the ``input_ids`` of the next pass (and, for the last pass, the last column
-    of the output). These are the behaviour log-probs of the sampler with the steering hook in place,
-    computed like TRL's own log-probs: temperature only, no top-k / top-p filtering (TRL's defaults use
-    none). Memory: one ``[B, V]`` float32 table at a time.
+    of the output). The distribution is the one the token was drawn from: the logits processed by the effective
+    sampler (``trl_explore.sampler_settings``: the temperature of ``GRPOConfig`` or of ``generation_kwargs``, and the
+    truncated, renormalised distribution under top-k / top-p / min-p), as vLLM's ``processed_logprobs`` are on the
+    vLLM path. TRL's ``old_per_token_logps`` (the numerator of the truncated IS weight) are of
+    ``softmax(logits / GRPOConfig.temperature)``, untruncated; at the defaults the two conventions coincide.
+    Memory: one ``[B, V]`` float32 table at a time.
+
+    Args:
+        model: the policy (unwrapped here).
+        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` (the driver's ``trainer.sampler``); a
+            number ``T`` means ``SamplerSettings(temperature=T)``.
+
+    Raises:
+        ValueError: a sampler setting that is not reproduced
+            (:func:`~trl_explore.sampler_settings.check_reproducible`).
     """
 
-    def __init__(self, model, temperature: float):
+    def __init__(self, model, sampler: SamplerSettings | float):
         self.model = unwrap_model(model)
-        self.temperature = float(temperature)
+        sampler = sampler if isinstance(sampler, SamplerSettings) else SamplerSettings(temperature=float(sampler))
+        processed_logits(torch.zeros(1, 1), sampler)  # refuses what it cannot reproduce, now
+        self.sampler = sampler
         self._logps: list[torch.Tensor] = []  # [B] per decoding step
         self._tokens: list[torch.Tensor] = []  # [B] per decoding step
         self._pending: torch.Tensor | None = None  # [B, V] log-probs of the last forward pass
@@ -49,10 +65,8 @@ class SampledTokenLogProbs:
                 )
             self._record(input_ids[:, -1])
         logits = output.logits if hasattr(output, "logits") else output[0]
-        last = logits[:, -1, :].float()
-        if self.temperature != 1.0:  # skipped at T = 1 (the default): one [B, V] pass less per decoding step
-            last = last / self.temperature
-        self._pending = torch.log_softmax(last, dim=-1)
+        # float32, as generate casts them; at the defaults (T = 1, no truncation) no further [B, V] pass
+        self._pending = torch.log_softmax(processed_logits(logits[:, -1, :], self.sampler), dim=-1)
 
     def _record(self, tokens: torch.Tensor) -> None:
         tokens = tokens.to(self._pending.device).long()

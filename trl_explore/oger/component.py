@@ -10,7 +10,8 @@ Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcemen
   replaced by teacher trajectories (``Rollout.offline`` marks them);
 * ``observe_forward``: H_last read from TRL's scoring forward (vLLM), when it comes after generation;
 * ``reward_fields`` / ``batch_fields``: per-completion values for ``OGERRewardFunction``, ``is_offline``;
-* ``loss_batch`` / ``extra_loss``: offline rows leave TRL's objective and are trained by policy shaping.
+* ``loss_batch`` / ``extra_loss``: offline rows leave TRL's objective and are trained by policy shaping; the entropy
+  mask (``top_entropy_quantile``) and the entropy bonus follow one rule for both kinds of tokens (``OGEROptions``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
 from trl_explore.oger.offline import check_prompt, generation_prefix, group_offline, offline_trajectories, teacher_completion
 from trl_explore.oger.options import LAST_TOKEN, OGEROptions
-from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, policy_shaping_per_token_loss
+from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, high_entropy_terms
+from trl_explore.oger.policy_shaping import policy_shaping_per_token_loss
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
 
@@ -144,7 +146,7 @@ class OGERComponent(Component):
         hf_generate = not (t.use_vllm or t.use_transformers_continuous_batching or t.rollout_func or t.tools)
         if not (hf_generate and self._plan(call.mode)[2]):
             return None
-        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.temperature, t.eos_token_ids,
+        self._recorder = LastTokenEntropyRecorder(t.accelerator.unwrap_model(t.model), t.sampler, t.eos_token_ids,
                                                   keep_previous=LAST_TOKEN[self.options.last_token])
         return self._recorder
 
@@ -154,19 +156,22 @@ class OGERComponent(Component):
                              self.trainer.model.training)
 
     def _last_token_entropy(self, rollout: Rollout, last_pos: torch.Tensor):
-        """``([B] H_last or None, deferred)``: from the generation recorder, TRL's later scoring forward, or a forward
-        of its own under the other components' behaviour context (the route's distribution)."""
+        """``([B] H_last or None, deferred)``: from the generation recorder (the logits ``generate`` computed,
+        processed by the effective sampler), TRL's later scoring forward (when its distribution, ``softmax(logits /
+        GRPOConfig.temperature)``, is the sampler's and no other component steers), or the driver's behaviour forward
+        (the route's steering and the effective sampler, at the last positions only)."""
         t, recorder, self._recorder = self.trainer, self._recorder, None
         if recorder is not None:  # the per-step work was done in generate's hooks; one entropy per row here
             record_phase(t, "oger: H_last (generate hooks)", recorder.seconds)
             with phase(t, "oger: H_last"):
                 return recorder.last_token_entropy(last_pos), False
         steered = any(c.behaviour_context(rollout.mode) is not None for c in t.components if c is not self)
-        if rollout.mode == "train" and trl_scores_after_generation(t) and not steered:
+        trl_distribution = t.sampler.matches_trl(t.temperature)
+        if rollout.mode == "train" and trl_scores_after_generation(t) and not steered and trl_distribution:
             return torch.zeros(len(last_pos)), True  # filled from TRL's scoring forward, before the rewards
-        with phase(t, "oger: H_last"), t.behaviour_context(rollout.mode):
-            forward = t.policy_forward(rollout.prompt_ids, rollout.completion_ids, compute_entropy=True)
-        return last_token_values(forward.entropies.float().cpu(), last_pos), False
+        with phase(t, "oger: H_last"):
+            forward = t.behaviour_forward(rollout.mode, rollout.prompt_ids, rollout.completion_ids, positions=last_pos)
+        return forward.entropies[:, 0].float().cpu(), False
 
     def _embed_online(self, rows, completions, group_size: int):
         """``([B, d] online embeddings, number the embedder truncated)``. The teacher texts of every group that has no
@@ -309,10 +314,13 @@ class OGERComponent(Component):
 
     def extra_loss(self, call):
         with phase(self.trainer, "oger: policy shaping"):  # its backward is part of TRL's backward pass
-            return self._add_policy_shaping(call.loss, call.inputs, call.batch, call.forward, call.mode)
+            return self._add_policy_shaping(call.loss, call.inputs, call.batch, call.forward, call.mode,
+                                            call.entropy_mask)
 
-    def _add_policy_shaping(self, loss, inputs, batch, forward, mode):
-        """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation."""
+    def _add_policy_shaping(self, loss, inputs, batch, forward, mode, entropy_mask=None):
+        """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation; with
+        ``top_entropy_quantile < 1``, on the high-entropy tokens only, and the entropy bonus over the high-entropy
+        tokens of both kinds (``policy_shaping.high_entropy_terms``: one rule for online and offline tokens)."""
         t = self.trainer
         completion_mask = inputs["completion_mask"]
         accumulation = t.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -330,13 +338,14 @@ class OGERComponent(Component):
         else:
             token_normalizer = n_all
         shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], self.options.policy_shaping_gamma)
+        shaping, bonus_all, bonus_online = high_entropy_terms(shaping, all_mask, online_mask, entropy_mask)
         offline_loss = aggregate_token_loss(shaping, offline_mask, t.loss_type, num_rows=completion_mask.size(0),
                                             max_completion_length=t.max_completion_length,
                                             token_normalizer=token_normalizer, accumulation_steps=accumulation)
         loss = loss + offline_loss
-        if t._entropy_bonus_enabled and t.top_entropy_quantile >= 1.0:  # TRL's bonus covered on-policy tokens only
+        if t._entropy_bonus_enabled:  # TRL's bonus covered its (online) tokens only: extend it to the offline ones
             coef = 0.0 if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target else t.entropy_coef
-            loss = loss - coef * entropy_bonus_correction(forward.entropies, all_mask, online_mask) / accumulation
+            loss = loss - coef * entropy_bonus_correction(forward.entropies, bonus_all, bonus_online) / accumulation
         with torch.no_grad():
             probs = forward.logps.exp()
             stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(), offline_loss.detach() * accumulation])

@@ -1,39 +1,31 @@
 """Last-token entropy ``H_last`` (OGER Eq. 6), the confidence proxy of the entropy refinement.
 
-Definition used throughout trl_explore: ``H_last_i`` is the Shannon entropy, in nats, of the policy's
-next-token distribution ``pi_theta(. | q, tau_<T)`` that PRODUCED the final completion token of
-``tau_i`` (EOS included when the completion stopped; the last kept token when it was truncated), at the
-sampling temperature ``T`` (``softmax(logits / T)``, before top-p/top-k filtering; the raw policy at the
-default ``T = 1``). The same convention holds on every generation path: the HF recorder below divides by ``T``,
-and with vLLM the value comes from TRL's no-grad forward, whose entropies are taken at ``T``.
+Definition used throughout trl_explore: ``H_last_i`` is the Shannon entropy, in nats, of the next-token distribution
+that PRODUCED the final completion token of ``tau_i`` (EOS included when the completion stopped; the last kept token
+when it was truncated): the distribution the sampler drew that token from, i.e. the policy's logits processed by the
+effective sampler (``trl_explore.sampler_settings``: the temperature of ``GRPOConfig`` or of ``generation_kwargs``,
+and the truncated, renormalised distribution under top-k / top-p / min-p; the raw policy at the defaults ``T = 1``,
+no truncation). Settings that cannot be reproduced (``repetition_penalty``, ...) are refused when the trainer is
+built (``OGEROptions.apply``). The same convention holds on every generation path: the HF recorder below processes
+the logits ``generate`` computed; without it (vLLM, ...) the value comes from TRL's no-grad scoring forward when
+that is the sampler's distribution (``softmax(logits / GRPOConfig.temperature)``, nothing truncated), otherwise from
+the driver's ``behaviour_forward``.
 
 How it is obtained, without an extra policy forward pass when generating with transformers: hooks keep, for each
 row still generating, the logits of its latest decoding step (:class:`LastTokenEntropyRecorder`), and the entropy is
 taken once per row when generation ends: one ``[B, V]`` entropy per batch instead of one per decoding step. The
 value is the same as an entropy taken at every step and read at step ``len_i - 1`` (tested against HF's per-step
-logits and a teacher-forced forward).
+processed scores and a teacher-forced forward).
 """
-
 from __future__ import annotations
 
 import time
 
 import torch
 
+from trl_explore.sampler_settings import SamplerSettings, entropy_from_logits, processed_logits
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats of ``softmax(logits)`` over the last dimension.
-
-    Args:
-        logits: ``[..., V]`` unnormalised scores; ``-inf`` entries (masked tokens) are allowed.
-
-    Returns:
-        ``[...]`` float32 entropies, in ``[0, log V]``.
-    """
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    p = logp.exp()
-    # 0 * log 0 := 0 for masked tokens (p == 0, logp == -inf)
-    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+__all__ = ["LastTokenEntropyRecorder", "entropy_from_logits", "last_token_values"]
 
 
 def last_token_values(per_step: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -75,15 +67,25 @@ class LastTokenEntropyRecorder:
 
     Args:
         model: the (unwrapped) causal LM (``get_output_embeddings()`` and ``get_input_embeddings()`` are hooked).
-        temperature: the sampling temperature ``T > 0``; entropies are of ``softmax(logits / T)`` (default 1).
+        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` ``generate`` samples with (the driver's
+            ``trainer.sampler``); entropies are of ``softmax(processed_logits(logits, sampler))``. A number ``T``
+            means ``SamplerSettings(temperature=T)`` (default 1).
         eos_token_ids: the ids that end a completion (TRL's ``trainer.eos_token_ids``).
         keep_previous: also keep each row's logits of the step before its last one.
+
+    Raises:
+        ValueError: a temperature <= 0, or a sampler setting that is not reproduced
+            (:func:`~trl_explore.sampler_settings.check_reproducible`).
     """
 
-    def __init__(self, model: torch.nn.Module, temperature: float = 1.0, eos_token_ids=(), keep_previous: bool = False):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.temperature = float(temperature)
+    def __init__(self, model: torch.nn.Module, sampler: SamplerSettings | float = 1.0, eos_token_ids=(),
+                 keep_previous: bool = False):
+        if not isinstance(sampler, SamplerSettings):
+            if not sampler > 0:
+                raise ValueError(f"temperature must be > 0, got {sampler}")
+            sampler = SamplerSettings(temperature=float(sampler))
+        processed_logits(torch.zeros(1, 1), sampler)  # refuses what it cannot reproduce, now
+        self.sampler = sampler
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         if head is None or embed is None:
@@ -146,7 +148,8 @@ class LastTokenEntropyRecorder:
         self._handles = []
 
     def last_token_entropy(self, lengths: torch.Tensor) -> torch.Tensor:
-        """``[B]`` float32 CPU entropy (nats) of the step that produced token ``lengths - 1`` of each row.
+        """``[B]`` float32 CPU entropy (nats) of the distribution that produced token ``lengths - 1`` of each row
+        (the processed one: ``sampler``).
 
         Args:
             lengths: ``[B]`` positions, the completion lengths (or one less with ``keep_previous``, for the token
@@ -168,6 +171,4 @@ class LastTokenEntropyRecorder:
             raise RuntimeError(f"H_last of rows {rows}: the decoding steps {want[~found].tolist()} were not kept "
                                f"(kept: {self._held_step[~found].tolist()}); lengths must end at the first EOS")
         logits = self._held if not self.keep_previous else torch.where(use_held.unsqueeze(1), self._held, self._prev)
-        if self.temperature != 1.0:
-            logits = logits.float() / self.temperature
-        return entropy_from_logits(logits).cpu()
+        return entropy_from_logits(processed_logits(logits, self.sampler)).cpu()

@@ -9,6 +9,7 @@ from trl_explore.config import ComponentOptions
 from trl_explore.oger.embedding import EMBEDDING_DTYPES, LONG_TEXT_MODES
 from trl_explore.oger.replacement import REPLACEMENT_RULES
 from trl_explore.registry import Registry
+from trl_explore.sampler_settings import check_reproducible, effective_sampler
 
 LAST_TOKEN = Registry("last_token", kind="last-token rule")
 """Which next-token distribution defines ``H_last`` (OGER Eq. 6); an entry is True when a final EOS is skipped."""
@@ -65,7 +66,22 @@ class OGEROptions(ComponentOptions):
 
     Checks against the training configuration (`apply`): `num_replacements < num_generations` (a group keeps an
     online completion) and whole groups on every process (`per_device_train_batch_size * steps_per_generation` a
-    multiple of `num_generations`; the eval batch a multiple of the eval group size).
+    multiple of `num_generations`; the eval batch a multiple of the eval group size); when `H_last` is computed, a
+    sampler it can reproduce (below).
+
+    `H_last` and the sampler: `H_last` is the entropy (nats) of the distribution the final token was drawn from, with
+    the sampler's effective settings (`trl_explore.sampler_settings`): the temperature of `generation_kwargs` when it
+    gives one (else `GRPOConfig.temperature`), and under `top_k` / `top_p` / `min_p` the truncated, renormalised
+    distribution. Settings it cannot reproduce (`repetition_penalty != 1`, `do_sample=False`, `no_repeat_ngram_size`,
+    ... in `generation_kwargs`) are refused when the config or the trainer is built, unless `entropy_refinement=False`.
+    TRL's own log-probs, entropies and entropy mask use `GRPOConfig.temperature` only.
+
+    Entropy masking, one rule for the online and the offline (teacher) tokens. With `top_entropy_quantile = q < 1`
+    the threshold is the `(1 - q)`-quantile of the policy's entropies over every token of the hybrid batch (online
+    and teacher tokens, all processes); a token at or above it is trained (TRL's objective for an online token, the
+    shaping term for a teacher token) and enters the entropy bonus (`entropy_coef`); a token below it gets neither.
+    At `q = 1` (TRL's default) every token is trained and the bonus is the mean entropy over every token, online
+    and teacher alike.
     """
 
     section = "OGER options (trl_explore.OGEROptions)"
@@ -134,7 +150,19 @@ class OGEROptions(ComponentOptions):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
+    def needs_last_token_entropy(self) -> bool:
+        """True when training computes `H_last`: the refinement is on and a divergence is computed (for the reward,
+        or for the lowest-divergence replacement)."""
+        uses_divergence = self.num_replacements > 0 and REPLACEMENT_RULES[self.replacement_rule].uses_divergence
+        return self.entropy_refinement and (self.use_exploration_reward or uses_divergence)
+
     def apply(self, args) -> None:
+        if self.needs_last_token_entropy():  # H_last must be the entropy of the distribution the token was drawn from
+            try:
+                check_reproducible(effective_sampler(args), "OGER's last-token entropy H_last (Eq. 6)",
+                                   "or set entropy_refinement=False (the 'w/o Refinement' ablation: no H_last)")
+            except ValueError as error:
+                raise self.error(str(error)) from None
         if self.num_replacements >= args.num_generations:
             raise ValueError(
                 f"num_replacements must be in [0, num_generations - 1] = [0, {args.num_generations - 1}], "

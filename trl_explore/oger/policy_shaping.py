@@ -4,6 +4,13 @@ Offline tokens were not sampled from the policy, so the PPO ratio ``pi_theta / p
 the shaping function ``f(p) = p / (p + gamma)`` of the token probability ``p = pi_theta(token)``, with
 the behaviour probability taken as 1, no clipping and no importance ratio. Its gradient
 ``f'(p) = gamma / (p + gamma)^2`` boosts low-probability tokens that plain ``p`` would ignore.
+
+Entropy masking (TRL's ``top_entropy_quantile = q``, "Beyond the 80/20 rule", Wang et al. 2025), one rule for the
+online and the offline (teacher) tokens of a hybrid batch: the threshold is the ``(1 - q)``-quantile of the policy's
+entropies over EVERY token of the batch, online and offline (all processes; the driver's ``LossCall.entropy_mask``);
+a token at or above it is trained, by TRL's objective when it is online and by the shaping term when it is offline,
+and enters the entropy bonus; a token below it gets neither (it still counts in the loss normaliser, as in TRL). At
+``q = 1`` every token is trained and the bonus is the mean entropy of every token (:func:`high_entropy_terms`).
 """
 
 from __future__ import annotations
@@ -91,10 +98,34 @@ def aggregate_token_loss(
 def entropy_bonus_correction(entropies: torch.Tensor, all_mask: torch.Tensor, online_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy over all tokens minus the mean over on-policy tokens (``[B, T]`` inputs, 0/1 masks; nats).
 
-    TRL's entropy bonus ``-coef * mean(H)`` averages over the tokens of its objective, which excludes the offline
-    rows; subtracting ``coef *`` this difference turns it into the mean over every token of the hybrid group.
-    Empty masks count as one token (no division by zero).
+    TRL's entropy bonus ``-coef * mean(H)`` averages over the tokens of its objective (with ``top_entropy_quantile <
+    1``, its high-entropy ones), which excludes the offline rows; subtracting ``coef *`` this difference turns it
+    into the mean over every token of the hybrid group (its high-entropy tokens: pass the masks of
+    :func:`high_entropy_terms`). Empty masks count as one token (no division by zero).
     """
     mean_all = (entropies * all_mask).sum() / all_mask.sum().clamp(min=1.0)
     mean_online = (entropies * online_mask).sum() / online_mask.sum().clamp(min=1.0)
     return mean_all - mean_online
+
+
+def high_entropy_terms(shaping_loss: torch.Tensor, all_mask: torch.Tensor, online_mask: torch.Tensor,
+                       entropy_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tokens the shaping term and the entropy bonus cover (module docstring: one rule for both kinds).
+
+    Args:
+        shaping_loss: ``[B, T]`` per-token shaping loss (:func:`policy_shaping_per_token_loss`).
+        all_mask: ``[B, T]`` 0/1, every token of the hybrid batch (online and offline).
+        online_mask: ``[B, T]`` 0/1, the tokens of TRL's objective.
+        entropy_mask: ``[B, T]`` bool, the high-entropy tokens chosen over ``all_mask`` (TRL's
+            ``get_high_entropy_mask``), or None (``top_entropy_quantile = 1``: every token).
+
+    Returns:
+        ``(shaping_loss, bonus_all_mask, bonus_online_mask)``: the shaping loss zeroed below the threshold (aggregate
+        it with the offline mask, so that masked tokens still count in the normaliser, as TRL counts its own), and
+        the two masks of :func:`entropy_bonus_correction` (every / online token at or above the threshold). With
+        ``entropy_mask=None`` the inputs, unchanged.
+    """
+    if entropy_mask is None:
+        return shaping_loss, all_mask, online_mask
+    high = entropy_mask.to(all_mask.dtype)
+    return shaping_loss * high.to(shaping_loss.dtype), all_mask * high, online_mask * high
