@@ -13,8 +13,9 @@ from pathlib import Path
 
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.cli import run_training
+from trl_explore.data.training_data import DataArguments as ScriptArguments  # the script's data options
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_ladder_cpu.yaml"
 
 if __name__ == "__main__":
-    run_training(OGERTrainer, OGERConfig, RECIPE, "train_oger")
+    run_training(OGERTrainer, OGERConfig, RECIPE, "train_oger", script_cls=ScriptArguments)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.cli import run_training
+from trl_explore.data.training_data import DataArguments as ScriptArguments  # the script's data options
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "oger_ase_smollm2_ladder_cpu.yaml"
 
@@ -22,4 +23,5 @@ def bank_summary(trainer, script_args, dataset):
 
 
 if __name__ == "__main__":
-    run_training(OGERASETrainer, OGERASEConfig, RECIPE, "train_oger_ase", after_train=bank_summary)
+    run_training(OGERASETrainer, OGERASEConfig, RECIPE, "train_oger_ase", script_cls=ScriptArguments,
+                 after_train=bank_summary)

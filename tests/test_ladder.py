@@ -404,7 +404,9 @@ def test_train_oger_script_loads_the_ladder_recipe_training_rows():
     script_args, training_args, _ = TrlParser((script.ScriptArguments, OGERConfig, ModelConfig)).parse_args_and_config(
         args=["--config", str(recipe)]
     )
-    rows = script.load_train_dataset(script_args, training_args)
+    from trl_explore.data.training_data import load_training_data
+
+    rows = load_training_data(script_args, training_args.max_completion_length)
     assert set(rows["level"]) == set(script_args.ladder_levels)
     assert len(rows) == 100 * len(script_args.ladder_levels)
     assert all(teachers == list(TEACHER_STYLES) for teachers in rows["offline_teachers"])
