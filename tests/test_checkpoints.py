@@ -35,7 +35,8 @@ def test_file_problem_names_torn_files(tmp_path):
         assert file_problem(str(tmp_path / name)) is None, name
     size = os.path.getsize(tmp_path / "w.safetensors")
     os.truncate(tmp_path / "w.safetensors", size - 8)
-    assert file_problem(str(tmp_path / "w.safetensors")) == f"w.safetensors is torn: {size - 8} bytes, its header declares {size}"
+    assert file_problem(str(tmp_path / "w.safetensors")) == (
+        f"w.safetensors is torn: {size - 8} bytes, its header declares {size}")
     os.truncate(tmp_path / "w.safetensors", 5)
     assert "shorter than a safetensors header" in file_problem(str(tmp_path / "w.safetensors"))
     os.truncate(tmp_path / "o.pt", os.path.getsize(tmp_path / "o.pt") // 2)
@@ -144,8 +145,8 @@ def test_resume_true_takes_the_newest_complete_checkpoint_and_says_which_it_skip
         assert trainer._resumable_checkpoint(True) == str(run / "checkpoint-1")
     lines = [r.getMessage() for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
     assert lines == [f"resume_from_checkpoint=True: resuming from {run / 'checkpoint-1'}, the newest complete "
-                     f"checkpoint; skipped the torn {torn} (trainer_state.json is missing; its write did not finish on "
-                     f"every process: {RECORD_NAME} says 'writing')"]
+                     f"checkpoint; skipped the torn {torn} (trainer_state.json is missing; its write did not finish "
+                     f"on every process: {RECORD_NAME} says 'writing')"]
     with pytest.raises(ValueError, match=f"cannot resume from {torn}: trainer_state.json is missing; .* the newest "
                                          f"complete checkpoint is {run / 'checkpoint-1'}: resume from it"):
         trainer.train(resume_from_checkpoint=str(torn))
@@ -175,7 +176,8 @@ def test_a_resume_inside_a_generation_with_another_geometry_or_method_is_refused
     boundary = _checkpoint(tmp_path / "run" / "checkpoint-3", 3, inside=False, **oger)
     with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
         trainer._resumable_checkpoint(str(boundary))
-    assert "with other settings than it was written with" in caplog.text and "['oger'] wrote the checkpoint" in caplog.text
+    assert "with other settings than it was written with" in caplog.text
+    assert "['oger'] wrote the checkpoint" in caplog.text
 
 
 # ---------------------------------------------------------------- killed while writing, then resumed (slow)

@@ -224,7 +224,8 @@ def run_record(trainer) -> dict:
     for component in trainer.components:
         options = component.options
         options = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else options
-        components.append({"name": component.name, "class": f"{type(component).__module__}.{type(component).__qualname__}",
+        kind = type(component)
+        components.append({"name": component.name, "class": f"{kind.__module__}.{kind.__qualname__}",
                            "options": _jsonable(options)})
     geometry = {name: getattr(trainer.args, name, None) for name in GEOMETRY_FIELDS}
     geometry["num_iterations"] = trainer.num_iterations

@@ -12,8 +12,8 @@ epoch. :class:`~trl_explore.driver.ExplorationTrainer` uses the two parts below 
   generator (the uninterrupted run's order) whichever epoch the run starts in.
 
 Every checkpoint gets a completion record, written once every process has written its files
-(:mod:`trl_explore.checkpoints`): ``resume_from_checkpoint=True`` takes the newest complete checkpoint, a named torn one
-is refused, and a resume with other components or another batch geometry inside a generation is refused.
+(:mod:`trl_explore.checkpoints`): ``resume_from_checkpoint=True`` takes the newest complete checkpoint, a named torn
+one is refused, and a resume with other components or another batch geometry inside a generation is refused.
 """
 
 from __future__ import annotations
@@ -117,6 +117,23 @@ def load_generation_state(checkpoint: str, process_index: int, device) -> tuple[
         for batch in state["buffered"]
     ]
     return state["step"], buffered
+
+
+def check_buffered_geometry(buffered: list[dict], args, checkpoint: str) -> None:
+    """Refuse buffered batches of another geometry than ``args`` (a checkpoint without a completion record, whose
+    geometry is not recorded): TRL would index past them (an ``IndexError``) or train on their stale slices.
+
+    Raises:
+        ValueError: naming the checkpoint, both values and the fix.
+    """
+    rows = next((v.shape[0] for v in buffered[0].values() if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+    found = {"steps_per_generation": len(buffered), "per_device_train_batch_size": rows}
+    differ = [f"{key}={value} in the checkpoint, {getattr(args, key)} now" for key, value in found.items()
+              if value is not None and value != getattr(args, key)]
+    if differ:
+        raise ValueError(f"cannot resume from {checkpoint}: it was written inside a generation, whose batches TRL "
+                         f"buffered under other settings: {'; '.join(differ)}. Resume with the checkpoint's settings, "
+                         "or from a checkpoint written at a generation boundary")
 
 
 class EpochSampler(Sampler):
@@ -255,8 +272,8 @@ class ResumableTrainerMixin:
                 raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")  # Transformers' words
             skipped = statuses[:statuses.index(chosen)]
             if skipped and main:
-                logger.warning("resume_from_checkpoint=True: resuming from %s, the newest complete checkpoint; skipped "
-                               "the torn %s", chosen.path, describe_torn(skipped))
+                logger.warning("resume_from_checkpoint=True: resuming from %s, the newest complete checkpoint; "
+                               "skipped the torn %s", chosen.path, describe_torn(skipped))
         else:
             path = os.path.normpath(str(requested))
             statuses = inspect_run(os.path.dirname(path))
@@ -306,6 +323,7 @@ class ResumableTrainerMixin:
         if state is not None:
             self._step, buffered = state
             if buffered is not None:
+                check_buffered_geometry(buffered, self.args, checkpoint)
                 self._buffered_inputs = buffered
         sampler = getattr(self, "_epoch_sampler", None)
         if sampler is not None and self.state.epoch is not None:
