@@ -246,11 +246,11 @@ def test_buffered_batches_of_another_geometry_are_refused(tmp_path):
 def test_a_resume_inside_a_generation_with_other_batch_settings_is_refused(tmp_path, smollm2_tokenizer, changed):
     # issue 22 case: resuming with changed steps_per_generation or per-device batch size (was: an IndexError inside
     # TRL, or training the checkpoint's stale buffered slice)
-    dataset = Dataset.from_list([{"prompt": f"{i} + {i} ="} for i in range(2)])
+    dataset = Dataset.from_list([{"prompt": f"{i} + {i} ="} for i in range(4)])
     _train(smollm2_tokenizer, tmp_path, dataset, steps_per_generation=2, save_strategy="steps", save_steps=1)
     key, value = next(iter(changed.items()))
     trainer = ExplorationTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[parity_reward],
-                                 args=_args(tmp_path, steps_per_generation=2, max_steps=2, **changed),
+                                 args=_args(tmp_path, **{"steps_per_generation": 2, "max_steps": 2, **changed}),
                                  train_dataset=dataset, processing_class=smollm2_tokenizer)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     old = {"per_device_train_batch_size": 2, "steps_per_generation": 2}[key]
