@@ -31,9 +31,11 @@ from trl_explore.config import ExplorationConfig
 from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.hub import check_hub_access, create_model_card
-from trl_explore.positions import check_position_ids_supported, mask_positions
+from trl_explore.positions import check_position_ids_supported, context_length_problem, mask_positions
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_column_clash, check_finite_rewards, not_scored_counts
+from trl_explore.rewards.checks import check_column_clash, check_finite_rewards, checked_reward_function
+from trl_explore.rewards.checks import not_scored_counts
+from trl_explore.rows import check_prompt_column, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, processed_logits, token_logps_and_entropy
 from trl_explore.sampler_settings import trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
@@ -109,6 +111,10 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         for component in self.components:
             plan = component.prepare(plan)
         check_column_clash(datasets, self.components)
+        if not plan.trainer_kwargs.get("environment_factory"):  # an environment may supply the prompts (TRL)
+            for where in ("train_dataset", "eval_dataset"):
+                if getattr(plan, where) is not None:
+                    check_prompt_column(getattr(plan, where), where)
         check_train_dataset_size(plan.train_dataset, plan.args)
         eager = True if plan.args.use_vllm and getattr(plan.args, "vllm_enforce_eager", False) else None
         with _enter(contextlib.ExitStack(), [*plan.init_contexts, engine_options(enforce_eager=eager)]):
@@ -129,6 +135,8 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         self.add_callback(_StepEnd(self.components))
         self._generation: _Generation | None = None  # the generation in progress
         self._replay: tuple | None = None  # (input_ids, Forward) of the loss forward made by the driver
+        self._prompt_kinds: dict[str, str] = {}  # per mode: plain text or conversational (rows.check_prompt_rows)
+        self._warned_context = False
 
     def component(self, name: str):
         """The component named ``name`` (``"oger"``, ``"ase"``, ...); KeyError naming the components there are."""
@@ -245,6 +253,9 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         # Overrides GRPOTrainer._generate_and_score_completions: hands the rows to the components (TRL's `_generate`
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
         self._generation = gen = _Generation(self._mode(), tuple(inputs))
+        if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
+            where = f"this process's {gen.mode} generation batch"
+            self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
         try:
             output = super()._generate_and_score_completions(inputs)
             scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func)
@@ -257,6 +268,12 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
         # sampling contexts (steering, recorders).
+        problem = context_length_problem(self.model, [len(p) for p in prompt_ids], self.max_completion_length)
+        if problem is not None and problem[0] == "error":
+            raise ValueError(problem[1])
+        if problem is not None and not self._warned_context:
+            self._warned_context = True
+            logger.warning(problem[1])
         call = SamplingCall(self._generation.mode, self._generation.rows, num_generations)
         with _enter(contextlib.ExitStack(), (c.sampling_context(call) for c in self.components)):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -285,7 +302,15 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
             fields.update(component.reward_fields(gen.rollout))
         if fields:
             inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # TRL's objects stay; for this call only, TRL calls each plain reward function through a check of its output
+        # (rewards.checks.check_reward_values: a string reward fails inside TRL naming no function)
+        funcs = self.reward_funcs
+        self.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward_function(f, name)
+                             for f, name in zip(funcs, self.reward_func_names)]
+        try:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = funcs
         check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
         for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
             self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch

@@ -116,3 +116,48 @@ def mask_positions(model: nn.Module):
         yield
     finally:
         handle.remove()
+
+
+def position_table_size(model: nn.Module) -> int | None:
+    """The number of positions the policy was built for (``max_position_embeddings`` of its text config), or None."""
+    config = getattr(unwrap_model(model), "config", None)
+    if config is None:
+        return None
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
+    return int(size) if size else None
+
+
+def context_length_problem(model: nn.Module, prompt_lengths, max_completion_length: int) -> tuple[str, str] | None:
+    """``("error" | "warning", message)`` when prompts (plus completions) run past the policy's position table.
+
+    A model with an absolute position table (:func:`absolute_position_owner`) cannot read a position past it (an
+    index error inside ``generate``): a prompt longer than the table is an error. A prompt whose completion may run
+    past it (prompt + ``max_completion_length``), or a RoPE / ALiBi model read past its table (it runs, at positions
+    it was not trained on, e.g. with rope scaling on purpose), is a warning. TRL truncates no prompt.
+
+    Args:
+        prompt_lengths: tokens per prompt (one process's batch).
+        max_completion_length: TRL's limit on new tokens.
+    """
+    size = position_table_size(model)
+    lengths = list(prompt_lengths)
+    if size is None or not lengths:
+        return None
+    longest = max(range(len(lengths)), key=lambda i: lengths[i])
+    tokens = lengths[longest]
+    if tokens + max_completion_length <= size:
+        return None
+    absolute = absolute_position_owner(model) is not None
+    what = (f"row {longest} of the generation batch has a prompt of {tokens} tokens, and the policy's position table "
+            f"(max_position_embeddings) holds {size}")
+    if absolute and tokens >= size:
+        return "error", (f"{what}: a model with absolute positions cannot read past it. Shorten or filter the "
+                         "prompts (e.g. drop rows whose tokenised prompt is longer than the table)")
+    if tokens >= size:
+        return "warning", (f"{what}: the model reads it at positions it was not trained on. Shorten or filter the "
+                           "prompts, or use a model with a longer context (warned once)")
+    crash = ", an index error for a model with absolute positions" if absolute else ""
+    return "warning", (f"{what}: with max_completion_length={max_completion_length} a completion can run past it "
+                       f"({tokens + max_completion_length} positions){crash}. Lower max_completion_length or shorten "
+                       "the prompts (warned once)")

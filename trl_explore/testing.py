@@ -6,7 +6,8 @@
 * :func:`doubling_dataset` and :func:`teacher_math_dataset`: two-prompt datasets in the layout the trainers take
   (``prompt``, ``answer``, ``problem_id``, optionally ``offline_completions`` / ``offline_teachers``);
 * :func:`tiny_training_args`: the ``GRPOConfig`` keyword arguments of a few fast CPU steps;
-* :func:`run_two_cpu_processes`: a script in two CPU processes (gloo), as ``torchrun`` starts them.
+* :func:`run_two_cpu_processes`: a script in two CPU processes (gloo), as ``torchrun`` starts them;
+  :func:`run_in_session`: a command killed whole (its children too) when it outlives its timeout.
 
 ``tests/test_third_method.py`` shows them at work on a component written outside the package.
 """
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -105,11 +107,30 @@ def tiny_training_args(output_dir, **overrides) -> dict:
     }
 
 
+def run_in_session(cmd, env=None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a session of its own; return the finished ``CompletedProcess`` (output as text).
+
+    Raises:
+        subprocess.TimeoutExpired: after ``timeout`` seconds, once the whole session (e.g. torchrun and the workers
+            it started, which a kill of torchrun alone leaves running) was killed with SIGKILL.
+    """
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the session's id is the child's pid
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
+
+
 def run_two_cpu_processes(script, *script_args, timeout: int = 900) -> subprocess.CompletedProcess:
     """Run ``script`` in 2 CPU processes (gloo) with torchrun; return the finished ``CompletedProcess``.
 
     ``accelerate launch --cpu --num_processes 2`` starts ONE process unless MPI is set up; torchrun starts two, and
-    ``ACCELERATE_USE_CPU=true`` keeps them on the CPU.
+    ``ACCELERATE_USE_CPU=true`` keeps them on the CPU. A run that outlives ``timeout`` is killed, workers included
+    (:func:`run_in_session`), and raises ``subprocess.TimeoutExpired``.
     """
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
@@ -117,4 +138,4 @@ def run_two_cpu_processes(script, *script_args, timeout: int = 900) -> subproces
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(script), *map(str, script_args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_in_session(cmd, env=env, timeout=timeout)

@@ -36,6 +36,11 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     # TRL's training sampler is wrapped to count epochs
     "_save_rng_state": ("output_dir",),
     "_get_train_sampler": ("dataset",),
+    # checkpoints a kill cannot tear (trl_explore.checkpoints): the completion record around TRL's and Trainer's
+    # checkpoint, the Hub push after it, resume_from_checkpoint=True resolved to the newest complete checkpoint
+    "_save_checkpoint": ("model", "trial"),
+    "_push_from_checkpoint": ("checkpoint_folder",),
+    "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),
     # Trainer's model card: trl_explore.hub names the base model only when it is a Hub id
     "create_model_card": ("model_name", "dataset_name", "tags"),
 }
@@ -58,7 +63,7 @@ ATTRIBUTES: tuple[str, ...] = (
     "use_vllm", "use_transformers_continuous_batching", "rollout_func", "tools", "vllm_importance_sampling_correction",
     "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",
     "top_entropy_quantile", "_entropy_bonus_enabled", "aux_loss_enabled", "current_gradient_accumulation_steps",
-    "reward_weights", "reward_funcs",
+    "reward_weights", "reward_funcs", "environment_factories",
     # exact resumption: TRL's micro-step counter (`_step`) and the batches of the generation in progress
     "_buffered_inputs",
 )
@@ -96,9 +101,13 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]",
     ),
     # MathVerifyReward reads the calling trainer's EOS ids through the bound `log_metric` it is passed, and counts a
-    # completion as ended with the ids TRL's `mask_truncated_completions` counts (the `eos_and_pad` line below)
+    # completion as ended with the ids TRL's `mask_truncated_completions` counts (the `eos_and_pad` line below); the
+    # driver hands TRL checked reward functions for the call: TRL reads the list then
     "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",
-                           'reward_kwargs["log_metric"] = self._log_metric'),
+                           'reward_kwargs["log_metric"] = self._log_metric',
+                           "zip(self.reward_funcs, self.reward_processing_classes, self.reward_func_names"),
+    # TRL writes its entropy-controller state after Trainer's checkpoint, inside the driver's completion record
+    "_save_checkpoint": ("super()._save_checkpoint(model, trial)",),
     # TRL's policy forward passes no position ids: the driver adds them from the attention mask for models with
     # absolute positions (trl_explore.positions), which reads `attention_mask` from the model call
     "_get_per_token_logps_and_entropies": (
@@ -121,7 +130,15 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
 OTHER_SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     # "module:Class.method" -> lines its source must contain
     # the generation state is written with the RNG state, for every process, only in checkpoints
-    "transformers.trainer:Trainer._save_checkpoint": ("self._save_rng_state(output_dir)",),
+    "transformers.trainer:Trainer._save_checkpoint": (
+        "self._save_rng_state(output_dir)",
+        # the driver defers the rotation (save_total_limit set to None for the call) and the push after its record
+        "save_total_limit=self.args.save_total_limit,", "self._push_from_checkpoint(output_dir)",
+        'checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"',
+        "run_dir = self._get_output_dir(trial=trial)",
+    ),
+    # resume_from_checkpoint=True: Transformers takes the newest folder, torn or not (the driver resolves it first)
+    "transformers.trainer:Trainer.train": ("resume_from_checkpoint = get_last_checkpoint(args.output_dir)",),
     # trl_explore.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per iteration;
     # it reads the sampler's shuffle, seed, generator and num_samples
     "trl.trainer.utils:RepeatSampler.__init__": ("self.shuffle = shuffle", "self.seed = seed",

@@ -30,6 +30,7 @@ import os
 from collections.abc import Hashable, Sequence
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from trl_explore.ase.contrasts import CORRECT_THRESHOLD, contrast_pairs, pair_differences, shuffle_pair_labels
@@ -425,10 +426,17 @@ class SteeringVectorBank:
 
         Raises:
             FileNotFoundError: a file is missing.
+            ValueError: a file is torn or unreadable (the message names it).
         """
-        with open(os.path.join(directory, BANK_METADATA_FILE)) as f:
-            metadata = json.load(f)
-        tensors = load_file(os.path.join(directory, BANK_TENSORS_FILE))
+        path = os.path.join(directory, BANK_METADATA_FILE)
+        try:
+            with open(path) as f:
+                metadata = json.load(f)
+            path = os.path.join(directory, BANK_TENSORS_FILE)
+            tensors = load_file(path)
+        except (ValueError, SafetensorError) as err:  # JSONDecodeError is a ValueError
+            raise ValueError(f"the steering bank file {path} is torn or unreadable ({type(err).__name__}: {err}); "
+                             "resume from an earlier checkpoint") from err
         bank = cls(**metadata["config"])
         bank.load_state_dict(
             {

@@ -34,11 +34,12 @@ from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs, check_steering_layer
 from trl_explore.ase.recording import max_routes
 from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
+from trl_explore.ase.routing import prompt_key, shared_problem_id_warning
 from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offsets
 from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.models import unwrap_model
-from trl_explore.rewards.checks import non_binary_values
+from trl_explore.rewards.checks import non_binary_values, unscored_correctness_warning
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +247,13 @@ class ASEComponent(Component):
                 "near-equal answers and a reward that is always above 0.5 builds no pairs at all. Put a verifier "
                 "(such as trl_explore.rewards.math_reward) at that index.", t.reward_func_names[index], index, odd,
             )
+        # issue 22 (input checks): a correctness reward that scored nothing, warned once
+        unscored = None if getattr(self, "_warned_unscored", False) else unscored_correctness_warning(
+            correct, t.reward_func_names[index], index)
+        if unscored is not None:
+            self._warned_unscored = True
+            if t.accelerator.is_main_process:
+                logger.warning(unscored)
         device, routes, num_rows = t.accelerator.device, self.rollout.routes, output["completion_ids"].shape[0]
         self._log_route_diagnostics(mode, routes, correct, batch.rollout.completions)
         if self._collects_readouts(mode):
@@ -255,6 +263,12 @@ class ASEComponent(Component):
             if not opts.include_offline_in_bank:
                 valid &= routes >= CLEAN_ROUTE
             problem_ids = gather_object([problem_id(row, opts.problem_id_column) for row in batch.rollout.rows])
+            if not getattr(self, "_warned_shared_ids", False):  # issue 22: one id, several prompts (warned once)
+                keys = gather_object([prompt_key(row) for row in batch.rollout.rows])
+                shared = shared_problem_id_warning(problem_ids, keys, opts.problem_id_column)
+                self._warned_shared_ids = shared is not None  # the same gathered values on every process
+                if shared is not None and t.accelerator.is_main_process:
+                    logger.warning(shared)
             self.step = BankStep(problem_ids, correct, self.rollout.offsets, valid, self.bank.hidden_size)
             if self._scoring_capture is not None:
                 self._store_readouts(torch.arange(num_rows), self._scoring_capture.readouts())

@@ -74,7 +74,8 @@ class ASEOptions(ComponentOptions):
             positions only.
         problem_id_column (`str`, defaults to `"problem_id"`):
             Dataset column identifying a problem; rollouts are paired within a problem. When absent, a stable
-            hash of the prompt is used.
+            hash of the prompt is used. Rows that share an id are one problem even when their prompts differ (e.g.
+            rephrasings): their rollouts are paired with each other, and a one-time warning names two such rows.
         correctness_reward_index (`int`, defaults to `0`):
             Index in `reward_funcs` of the verifier reward `R_m` in {0, 1} that labels rollouts correct
             (`> 0.5`) or incorrect for the bank.

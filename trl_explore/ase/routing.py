@@ -155,3 +155,33 @@ def problem_id(row: dict, column: str):
     except TypeError:
         value = repr(value)
     return value
+
+
+
+def prompt_key(row: dict) -> tuple[str, str]:
+    """``(hash, preview)`` of a row's prompt: the hash the same on every process, the preview its first 60
+    characters (for :func:`shared_problem_id_warning`)."""
+    text = json.dumps(row.get("prompt"), sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16], text[:60]
+
+
+def shared_problem_id_warning(problem_ids, prompt_keys, column: str) -> str | None:
+    """The warning for a generation batch in which one problem id stands for different prompts, or None.
+
+    ASE pairs correct with incorrect rollouts of one problem (§3.2), a problem being the rows with one id: rollouts of
+    two prompts that share an id are paired with each other. That can be meant (rephrasings of one problem), so it is
+    a one-time warning, not an error.
+
+    Args:
+        problem_ids: ``[N]`` ids of the gathered batch (:func:`problem_id`); prompt_keys: ``[N]`` :func:`prompt_key`;
+        column: ``ASEOptions.problem_id_column``.
+    """
+    first: dict = {}
+    for i, (pid, key) in enumerate(zip(problem_ids, prompt_keys)):
+        j, seen = first.setdefault(pid, (i, key))
+        if seen[0] != key[0]:
+            return (f"ASE: rows {j} and {i} of the generation batch share the problem id {pid!r} (column {column!r}) "
+                    f"but have different prompts ({seen[1]} and {key[1]}): their rollouts are paired with each other "
+                    f"as one problem's. If they are not rephrasings of one problem, give each prompt its own "
+                    f"{column!r} (or drop the column: the prompt's hash is then the id). Warned once")
+    return None

@@ -105,9 +105,10 @@ class OGERComponent(Component):
                 f"weight: {args.reward_weights}"
             )
         rows = plan.train_dataset if hasattr(plan.train_dataset, "__len__") else []  # IterableDataset: at first use
+        tokenizer = plan.trainer_kwargs.get("processing_class")  # refuses teacher texts of special tokens only
         for i, row in enumerate(rows):  # every row, once, before training
             check_prompt(row, f"training row {i}")
-            offline_trajectories(row, opts, f"training row {i}")
+            offline_trajectories(row, opts, f"training row {i}", tokenizer)
         return dataclasses.replace(plan, reward_funcs=reward_funcs)
 
     def setup(self, trainer) -> None:

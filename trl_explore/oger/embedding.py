@@ -131,6 +131,46 @@ def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.
     return torch.nn.functional.normalize(pooled, dim=1)
 
 
+POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "data2vec-text")
+"""Model types whose position ids start after the padding index: ``pad_token_id + 1`` rows of their position table
+are never read for text (RoBERTa's 514 rows hold 512 positions)."""
+
+
+def check_max_seq_length(model, max_seq_length: int, name: str) -> None:
+    """Refuse a ``max_seq_length`` beyond the embedder's position table (a shape error at the first long text
+    otherwise), warn once for a model without a table (RoPE) read past ``max_position_embeddings``.
+
+    Args:
+        model: the loaded ``SentenceTransformer``; max_seq_length: tokens per window, special tokens included;
+        name: the model's name, for the message.
+
+    Raises:
+        ValueError: ``max_seq_length < 1``, or above the table (the message gives the largest that fits).
+    """
+    import logging
+
+    from trl_explore.positions import absolute_position_owner
+
+    if max_seq_length < 1:
+        raise ValueError(f"TrajectoryEncoder(max_seq_length={max_seq_length}): must be >= 1 token")
+    auto_model = getattr(model[0], "auto_model", None)
+    config = getattr(auto_model, "config", None)
+    size = getattr(config, "max_position_embeddings", None)
+    if not size:
+        return
+    if getattr(config, "model_type", None) in POSITION_OFFSET_TYPES:
+        size -= (getattr(config, "pad_token_id", None) or 0) + 1
+    if max_seq_length <= size:
+        return
+    if absolute_position_owner(auto_model) is not None:
+        raise ValueError(f"TrajectoryEncoder(max_seq_length={max_seq_length}) is above the {size} positions of the "
+                         f"embedding model {name!r} (its position table): use at most {size}, and "
+                         "long_text_mode='chunk_mean' to embed longer trajectories in windows")
+    logging.getLogger(__name__).warning(
+        "TrajectoryEncoder(max_seq_length=%d) is above the %d positions embedding model %r was trained on: windows "
+        "are read at positions it never saw", max_seq_length, size, name)
+
+
 class TrajectoryEncoder:
     """Encodes trajectories into unit-norm embeddings with a sentence-transformers text model.
 
@@ -147,7 +187,8 @@ class TrajectoryEncoder:
     The model is loaded on first use, so constructing an encoder is free.
 
     Raises:
-        ValueError: for an unknown ``long_text_mode`` or ``dtype``, or ``batch_size < 1``.
+        ValueError: for an unknown ``long_text_mode`` or ``dtype``, or ``batch_size < 1``; when the model loads, a
+            ``max_seq_length`` above its position table (:func:`check_max_seq_length`).
     """
 
     def __init__(
@@ -183,10 +224,11 @@ class TrajectoryEncoder:
             from trl_explore.defaults import resolve_embedder_path
 
             device = None if self.device is None else str(self.device)
-            self._model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
+            model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
             if self.max_seq_length is not None:
-                self._model.max_seq_length = self.max_seq_length
-            self._model.eval()
+                check_max_seq_length(model, self.max_seq_length, self.model_name_or_path)
+                model.max_seq_length = self.max_seq_length
+            self._model = model.eval()
         return self._model
 
     @property

@@ -8,7 +8,25 @@ from trl_explore.oger.options import OGEROptions
 from trl_explore.oger.replacement import offline_completion_ids
 
 
-def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a dataset row"):
+def special_token_texts(tokenizer) -> tuple[str, ...]:
+    """The strings of ``tokenizer``'s special tokens (EOS, pad, chat markers, ...), longest first; ``()`` without a
+    tokenizer. ``tokenizer`` may be a processor holding one."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if tokenizer is None:
+        return ()
+    texts = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    texts |= {t.content for t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values() if t.special}
+    return tuple(sorted((t for t in texts if t), key=len, reverse=True))
+
+
+def only_special_tokens(text: str, specials: tuple[str, ...]) -> bool:
+    """True when ``text`` holds nothing but special-token strings and whitespace (e.g. ``"<|im_end|>"``)."""
+    for special in specials:
+        text = text.replace(special, "")
+    return bool(specials) and not text.strip()
+
+
+def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a dataset row", tokenizer=None):
     """Validate one dataset row's offline fields; return ``(texts, teachers, stored_embeddings)``.
 
     Args:
@@ -17,6 +35,8 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
             ``args.offline_embeddings_column`` (``[M][d]`` floats).
         args: the :class:`OGEROptions` (column names).
         row_name: how errors name the row (e.g. ``"training row 3"``).
+        tokenizer: the policy's tokenizer (or processor), to refuse a trajectory of special tokens only; None: not
+            checked here (:func:`teacher_completion` checks the ids).
 
     Returns:
         ``texts`` (list of str), ``teachers`` (list of str; ``"offline"`` when the column is absent) and the
@@ -24,7 +44,7 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
 
     Raises:
         ValueError: a column is missing, is not a list, holds a non-string or an empty (or whitespace) trajectory, or
-            the lengths differ.
+            one of special tokens only (with ``tokenizer``), or the lengths differ.
     """
     col, teachers_col = args.offline_completions_column, args.offline_teachers_column
     if col not in row:
@@ -33,6 +53,7 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
             f"Set OGERConfig.offline_completions_column or build the dataset with trl_explore.data"
         )
     texts = row[col] if row[col] is not None else []
+    specials = special_token_texts(tokenizer)
     if not isinstance(texts, (list, tuple)):
         raise ValueError(f"{row_name}: {col!r} must be a list of strings, got {type(texts).__name__}")
     for j, text in enumerate(texts):
@@ -41,6 +62,9 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
         if not text.strip():
             raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is empty; remove it (a replaced row would "
                              "be a bare EOS that policy shaping pushes down)")
+        if only_special_tokens(text, specials):
+            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {text!r:.60}, special tokens only: as "
+                             "a completion it is a bare EOS that policy shaping pushes down; remove it")
     teachers = row.get(teachers_col)
     teachers = ["offline"] * len(texts) if teachers is None else teachers
     if not isinstance(teachers, (list, tuple)) or len(teachers) != len(texts):
@@ -151,11 +175,19 @@ def teacher_completion(
     ``conversational``; ``truncated`` is 1 when the teacher text lost tokens (and usually its answer), else 0.
     When ``conversational``, a start of ``text`` that repeats the end of ``prefix`` (the chat template's generation
     prompt, :func:`generation_prefix`) is removed first (:func:`strip_prompt_overlap`).
+
+    Raises:
+        ValueError: ``text`` tokenises to special tokens only (e.g. the EOS string).
     """
     if conversational:
         text = strip_prompt_overlap(text, prefix)
     eos_id = tokenizer.eos_token_id
     tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    special_ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    text_ids = [t for t in tokens if t not in special_ids]  # rows not checked at construction (IterableDataset)
+    if special_ids and not tokenizer.decode(text_ids).strip():
+        raise ValueError(f"the offline trajectory {text!r:.60} tokenises to special tokens only ({tokens[:4]}): as a "
+                         "completion it is a bare EOS that policy shaping pushes down; remove it from the dataset")
     ids = offline_completion_ids(tokens, max_completion_length, eos_id)
     truncated = int(len(tokens) - (tokens[-1:] == [eos_id]) > max_completion_length - 1)
     decoded = processing_class.decode(ids, skip_special_tokens=True)

@@ -90,3 +90,75 @@ def check_column_clash(datasets: dict, components) -> None:
                         f"functions' inputs itself; rename the column(s) (the component's fields are "
                         f"{list(component.reward_field_names)})"
                     )
+
+
+def check_reward_values(values, name: str) -> None:
+    """Refuse a reward function's output that TRL cannot turn into rewards, naming the function and the completion.
+
+    TRL takes one value per completion: a real number (``float``, ``int``, ``bool``, a NumPy or 0-d tensor scalar) or
+    ``None`` ("not scored"); anything else (a string such as ``"1.0"``, a list) fails in ``torch.tensor`` with "too
+    many dimensions 'str'" or "must be real number", naming no function.
+
+    Args:
+        values: what the reward function returned.
+        name: its name (TRL's ``reward_func_names`` entry).
+
+    Raises:
+        TypeError: naming the function, the first bad completion index, its value and type, and the fix.
+    """
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"reward function {name!r} returned a {type(values).__name__} ({values!r:.60}); return a list "
+                        "with one float per completion (None: not scored)")
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        ok = not isinstance(value, (str, bytes))
+        try:
+            float(value)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one element
+            ok = False
+        if not ok:
+            raise TypeError(f"reward function {name!r} returned {value!r:.60} ({type(value).__name__}) for completion "
+                            f"{i}: return one float per completion (None: not scored), e.g. float(value)")
+
+
+def checked_reward_function(func, name: str):
+    """``func`` (a reward function, sync or async) whose every output goes through :func:`check_reward_values`.
+
+    The driver hands these to TRL's ``_calculate_rewards`` for the duration of one call; TRL's reward names, weights
+    and the functions the trainer holds are unchanged.
+    """
+    from trl.trainer.utils import is_async_callable
+
+    if is_async_callable(func):
+        async def checked_async(*args, **kwargs):
+            values = await func(*args, **kwargs)
+            check_reward_values(values, name)
+            return values
+
+        return checked_async
+
+    def checked(*args, **kwargs):
+        values = func(*args, **kwargs)
+        check_reward_values(values, name)
+        return values
+
+    return checked
+
+
+def unscored_correctness_warning(values: torch.Tensor, name: str, index: int) -> str | None:
+    """The warning for a generation batch whose correctness reward scored nothing (all None / NaN), or None.
+
+    ASE labels rollouts correct or incorrect from this reward; with none scored there is no contrast pair, and the
+    bank update is skipped (the bank kept). A reward may mean it for a batch (e.g. golds it cannot parse), so this is a
+    warning, given once by the caller.
+
+    Args:
+        values: ``[B]`` rewards of the function (gathered); name: its name; index: ``correctness_reward_index``.
+    """
+    if values.numel() == 0 or not torch.isnan(values).all():
+        return None
+    return (f"ASE: the correctness reward {name!r} (correctness_reward_index={index}) scored none of the "
+            f"{values.numel()} rollouts of this generation (all None/NaN): no contrast pairs, the bank update is "
+            "skipped and the bank kept. Check the reward's inputs (e.g. the 'answer' column) and the index. Warned "
+            "once")

@@ -1,0 +1,272 @@
+"""Checkpoints a kill cannot tear: a completion record written last, and the checks a resume makes.
+
+Transformers' ``Trainer._save_checkpoint`` writes a checkpoint file by file (weights, tokenizer, optimizer, scheduler,
+each process's RNG state, ``trainer_state.json``), TRL then adds its entropy-controller state and this package each
+process's generation state and the components' state (the ASE bank). A run killed in between leaves a folder that
+Transformers' ``get_last_checkpoint`` picks all the same; with several processes ``trainer_state.json`` (process 0)
+can even be there before another process has written its generation state, and the resumed processes deadlock.
+
+The design (engineering choice): the checkpoint folder keeps its name and gets a **completion record**,
+:data:`RECORD_NAME`, written twice: ``"status": "writing"`` before the first file, and, after a barrier of every
+process at the end, ``"status": "complete"`` with the list of files and their sizes (:func:`write_record`, an atomic
+replace). A checkpoint counts only when its record says complete and every listed file is there at its size
+(:func:`inspect_checkpoint`). Why a record, not a temporary folder renamed at the end: Transformers derives the folder
+name inside ``_save_checkpoint`` and hands it to every writer, to the best-model check, to the Hub push and to the
+rotation of old checkpoints, and TRL writes into the final name after Transformers returns; a rename onto a folder
+that already exists (a resumed run writing step N over a torn N) is not atomic; and on object-store mounts (s3fs,
+gcsfuse) a folder rename copies every file. The record also carries what a resume is checked against
+(:func:`run_record`: the trainer, its components and options, the batch geometry).
+
+A folder without a record was written by an older version or another trainer: its files are checked one by one
+(:func:`file_problem`: JSON that parses, safetensors and torch zip files of their full length) and it is accepted
+when they pass and ``trainer_state.json`` is there; whether every process finished cannot be told.
+
+The record guards against processes that stop (a kill, a crash, an out-of-memory kill); files are not fsynced, so a
+power loss in the seconds after a save can lose data the record lists (as with Transformers alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import struct
+import uuid
+import zipfile
+
+RECORD_NAME = "trl_explore_checkpoint.json"
+"""The completion record in a checkpoint folder (module docstring)."""
+
+FORMAT = 1
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_TORCH_ZIP = (".pt", ".pth", ".bin")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointStatus:
+    """What :func:`inspect_checkpoint` found.
+
+    Attributes:
+        path: the folder.
+        complete: True when a resume may read it.
+        problem: why not (names the file), or None.
+        record: the completion record (None for a folder without one).
+    """
+
+    path: str
+    complete: bool
+    problem: str | None = None
+    record: dict | None = None
+
+
+def write_record(folder: str, record: dict) -> None:
+    """Write ``record`` to ``folder/RECORD_NAME`` atomically (a temporary file, fsynced, replaces it)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, RECORD_NAME)
+    tmp = f"{path}.tmp{uuid.uuid4().hex[:12]}"  # one per writer (save_on_each_node: a local main per node)
+    with open(tmp, "w") as f:
+        json.dump({"format": FORMAT, **record}, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(folder: str) -> dict | None:
+    """The completion record of ``folder``, None when it has none (raises ``ValueError`` when it is unreadable)."""
+    path = os.path.join(folder, RECORD_NAME)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err})") from err
+
+
+def list_files(folder: str) -> list[list]:
+    """``[[relative path, size in bytes], ...]`` of every file under ``folder`` but the record, in write order as
+    far as modification times tell (their resolution is a few milliseconds; then by name)."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if name == RECORD_NAME or name.startswith(f"{RECORD_NAME}.tmp"):
+                continue
+            path = os.path.join(root, name)
+            stat = os.stat(path)
+            found.append((stat.st_mtime_ns, os.path.relpath(path, folder), stat.st_size))
+    return [[rel, size] for _, rel, size in sorted(found)]
+
+
+def file_problem(path: str) -> str | None:
+    """Why the file at ``path`` is torn, or None: JSON must parse, a safetensors file must hold the header and the
+    data its header declares, a torch zip file (``.pt``, ``.pth``, ``.bin``) must end with its zip directory."""
+    name = os.path.basename(path)
+    size = os.path.getsize(path)
+    try:
+        if name.endswith(".json"):
+            with open(path) as f:
+                json.load(f)
+        elif name.endswith(".safetensors"):
+            with open(path, "rb") as f:
+                head = f.read(8)
+                if len(head) < 8:
+                    return f"{name} is torn: {size} bytes, shorter than a safetensors header"
+                (length,) = struct.unpack("<Q", head)
+                if 8 + length > size:
+                    return f"{name} is torn: {size} bytes, its header alone declares {8 + length}"
+                header = json.loads(f.read(length))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            if 8 + length + end != size:
+                return f"{name} is torn: {size} bytes, its header declares {8 + length + end}"
+        elif name.endswith(_TORCH_ZIP) and not zipfile.is_zipfile(path):
+            with open(path, "rb") as f:
+                if size < 2 or f.read(2) == b"PK":  # empty, or a zip (torch.save's format) cut before its directory
+                    return f"{name} is torn: {size} bytes, its zip directory is missing"
+    except (ValueError, KeyError, TypeError, struct.error) as err:
+        return f"{name} is torn ({size} bytes): {type(err).__name__}: {err}"
+    return None
+
+
+def _expected(reference: dict | None) -> list[str]:
+    """The files a checkpoint of this run holds, from a complete checkpoint's record (generation-state tensors exist
+    only inside a generation: not expected); ``trainer_state.json`` without one."""
+    if not reference:
+        return [TRAINER_STATE]
+    return [rel for rel, _ in reference["files"] if not rel.endswith(".safetensors") or "generation_state" not in rel]
+
+
+def _first_problem(folder: str, expected: list[str]) -> str | None:
+    for rel, _ in list_files(folder):
+        problem = file_problem(os.path.join(folder, rel))
+        if problem is not None:
+            return problem.replace(os.path.basename(rel), rel, 1)
+    for rel in expected:
+        if not os.path.isfile(os.path.join(folder, rel)):
+            return f"{rel} is missing"
+    return None
+
+
+def inspect_checkpoint(folder: str, reference: dict | None = None) -> CheckpointStatus:
+    """Whether ``folder`` is a complete checkpoint (module docstring), and what is torn or missing if not.
+
+    Args:
+        folder: a checkpoint folder.
+        reference: the record of a complete checkpoint of the same run (names the files a torn one lacks).
+    """
+    if not os.path.isdir(folder):
+        return CheckpointStatus(folder, False, f"{folder} is not a folder")
+    try:
+        record = read_record(folder)
+    except ValueError as err:
+        return CheckpointStatus(folder, False, str(err))
+    if record is None:  # an older version's or another trainer's checkpoint: its files are all that can be checked
+        problem = _first_problem(folder, [TRAINER_STATE])
+        return CheckpointStatus(folder, problem is None, problem)
+    if record.get("status") != "complete":
+        found = _first_problem(folder, _expected(reference))
+        where = f"{found}; " if found else ""
+        return CheckpointStatus(folder, False, f"{where}its write did not finish on every process: {RECORD_NAME} says "
+                                f"{record.get('status')!r}", record)
+    for rel, size in record["files"]:
+        path = os.path.join(folder, rel)
+        if not os.path.isfile(path):
+            return CheckpointStatus(folder, False, f"{rel} is missing (listed in {RECORD_NAME})", record)
+        if os.path.getsize(path) != size:
+            return CheckpointStatus(folder, False, f"{rel} is torn: {os.path.getsize(path)} bytes, written as {size}",
+                                    record)
+    return CheckpointStatus(folder, True, None, record)
+
+
+def checkpoint_folders(run_dir: str) -> list[str]:
+    """The ``checkpoint-N`` folders of ``run_dir``, newest (largest N) first."""
+    if not os.path.isdir(run_dir):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(run_dir) if (m := _CHECKPOINT.match(name))
+             and os.path.isdir(os.path.join(run_dir, name))]
+    return [os.path.join(run_dir, name) for _, name in sorted(found, reverse=True)]
+
+
+def inspect_run(run_dir: str) -> list[CheckpointStatus]:
+    """:func:`inspect_checkpoint` of every checkpoint of ``run_dir``, newest first (the newest complete record names
+    the files the torn ones lack)."""
+    statuses = [inspect_checkpoint(folder) for folder in checkpoint_folders(run_dir)]
+    reference = next((s.record for s in statuses if s.complete and s.record), None)
+    return [s if s.complete or reference is None else inspect_checkpoint(s.path, reference) for s in statuses]
+
+
+def checkpoint_step(folder: str) -> int | None:
+    m = _CHECKPOINT.match(os.path.basename(os.path.normpath(folder)))
+    return int(m.group(1)) if m else None
+
+
+def describe_torn(statuses) -> str:
+    """``"out/checkpoint-3 (trainer_state.json is missing; ...)"``, joined by ``" and "``."""
+    return " and ".join(f"{s.path} ({s.problem})" for s in statuses)
+
+
+# ---------------------------------------------------------------- what a checkpoint was written with
+GEOMETRY_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                   "num_generations", "num_iterations", "world_size")
+"""The batch geometry a checkpoint records: TRL's buffered batches and its micro-step counter are only meaningful
+under the same values."""
+
+
+def _jsonable(value):
+    return json.loads(json.dumps(value, default=repr))
+
+
+def run_record(trainer) -> dict:
+    """What a checkpoint of ``trainer`` records besides its files: ``trainer`` (class path), ``components`` (name,
+    class path and options of each, in order) and ``geometry`` (:data:`GEOMETRY_FIELDS`)."""
+    components = []
+    for component in trainer.components:
+        options = component.options
+        options = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else options
+        kind = type(component)
+        components.append({"name": component.name, "class": f"{kind.__module__}.{kind.__qualname__}",
+                           "options": _jsonable(options)})
+    geometry = {name: getattr(trainer.args, name, None) for name in GEOMETRY_FIELDS}
+    geometry["num_iterations"] = trainer.num_iterations
+    return {"trainer": f"{type(trainer).__module__}.{type(trainer).__qualname__}", "components": components,
+            "geometry": geometry}
+
+
+def _options_differences(saved: list, current: list) -> list[str]:
+    out = []
+    for old, new in zip(saved, current):
+        old_opts, new_opts = old.get("options") or {}, new.get("options") or {}
+        if not isinstance(old_opts, dict) or not isinstance(new_opts, dict):
+            continue
+        for key in sorted(set(old_opts) | set(new_opts)):
+            if old_opts.get(key) != new_opts.get(key):
+                out.append(f"{new['name']}.{key}: {old_opts.get(key)!r} in the checkpoint, {new_opts.get(key)!r} now")
+    return out
+
+
+def compare_run_records(saved: dict, current: dict) -> tuple[list[str], list[str]]:
+    """``(refusals, warnings)`` of resuming a checkpoint written with ``saved`` (its record) by a trainer with
+    ``current`` (:func:`run_record`), each a sentence naming both values.
+
+    Inside a generation (``saved["inside_generation"]``) the checkpoint holds TRL's buffered batches of that
+    generation, built by the saved components under the saved geometry: another geometry or other components would
+    train on them as if they were their own (or fail deep inside TRL), so these are refusals; at a generation boundary
+    nothing is buffered, and they are warnings (the run continues, not as the uninterrupted run would). A changed
+    trainer class with the same components, and changed component options, are warnings.
+    """
+    refusals, warnings = [], []
+    inside = bool(saved.get("inside_generation"))
+    names = lambda record: [c["name"] for c in record.get("components", [])]  # noqa: E731
+    if "components" in saved and names(saved) != names(current):
+        (refusals if inside else warnings).append(
+            f"components {names(saved)} wrote the checkpoint, this trainer has {names(current)}")
+    elif "components" in saved:
+        warnings.extend(_options_differences(saved["components"], current["components"]))
+    if saved.get("trainer") and saved["trainer"] != current["trainer"]:
+        warnings.append(f"trainer {saved['trainer']} wrote the checkpoint, this one is {current['trainer']}")
+    for key, old in (saved.get("geometry") or {}).items():
+        new = current["geometry"].get(key)
+        if old is not None and new is not None and old != new:
+            (refusals if inside else warnings).append(f"{key}={old} in the checkpoint, {new} now")
+    return refusals, warnings
