@@ -138,7 +138,9 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                                  offline_column=getattr(training_args, "offline_completions_column", ""))
     trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args))
     use_compact_logs(trainer)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
+    resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
+    trainer.train(resume_from_checkpoint=resume)
     lines = tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ()
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
                tuple(f"{c.name}/" for c in trainer.components), time.perf_counter() - start, lines=lines)

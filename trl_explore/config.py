@@ -122,3 +122,12 @@ class ExplorationConfig(GRPOConfig):
         for options_cls in options_classes(type(self)):
             options_cls.validate(self)
             options_cls.apply(self, self)
+
+
+def default_verifier(args):
+    """The driver's default reward: the verifiable reward R_m, ``MathVerifyReward`` with the config's
+    ``grader_mode`` and ``gold_normalizer`` (a plain ``GRPOConfig``: the defaults)."""
+    from trl_explore.rewards.math_verify_reward import MathVerifyReward
+
+    normalizer = GOLD_NORMALIZERS[getattr(args, "gold_normalizer", "none")]
+    return MathVerifyReward(mode=getattr(args, "grader_mode", "math_verify"), gold_normalizer=normalizer)

@@ -27,16 +27,17 @@ from trl import GRPOTrainer
 
 from trl_explore.components import Forward, ForwardCall, ForwardResult, LossCall, Rollout, SamplingCall, ScoredBatch
 from trl_explore.components import TrainerPlan
-from trl_explore.config import ExplorationConfig
-from trl_explore.defaults import check_train_dataset_size, resolve_model_and_config, trl_scores_after_generation
+from trl_explore.config import ExplorationConfig, default_verifier
+from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
 from trl_explore.distributed import check_launch
+from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
-from trl_explore.positions import check_position_ids_supported, context_length_problem, mask_positions
+from trl_explore.positions import check_context_length, check_position_ids_supported, mask_positions
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_column_clash, check_finite_rewards, checked_reward_function
+from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions
 from trl_explore.rewards.checks import not_scored_counts
-from trl_explore.rows import check_prompt_column, check_prompt_rows
-from trl_explore.sampler_settings import effective_sampler, processed_logits, token_logps_and_entropy
+from trl_explore.rows import check_datasets, check_prompt_rows
+from trl_explore.sampler_settings import effective_sampler
 from trl_explore.sampler_settings import trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
@@ -72,15 +73,15 @@ class _Generation:
     rewards_per_func: torch.Tensor | None = None
 
 
-class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
+class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer):
     """``GRPOTrainer`` driving ``components`` (a list of :class:`~trl_explore.components.Component`) in list order.
 
     Args:
         model, args, **kwargs: as for ``GRPOTrainer``; ``model="embedded"`` selects the bundled SmolLM2-135M-Instruct;
             ``args`` defaults to an :class:`~trl_explore.config.ExplorationConfig`.
-        reward_funcs: as for ``GRPOTrainer``; default ``[MathVerifyReward(mode=args.grader_mode, gold_normalizer=...)]``
-            (the verifiable reward R_m, reading golds with ``args.gold_normalizer``), to which components may add their
-            own (OGER adds ``OGERRewardFunction``).
+        reward_funcs: as for ``GRPOTrainer``; default: the verifiable reward R_m (``config.default_verifier``:
+            ``MathVerifyReward`` with ``args.grader_mode`` and ``args.gold_normalizer``), to which components may add
+            their own (OGER adds ``OGERRewardFunction``).
         components: the method parts; each prepares the construction, then is set up after TRL's ``__init__``.
 
     Attributes:
@@ -98,24 +99,15 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         model, args = resolve_model_and_config(model, args, ExplorationConfig, "explore", check_type=False)
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
         default_rewards = reward_funcs is None
-        if default_rewards:
-            from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
-            from trl_explore.rewards.math_verify_reward import MathVerifyReward
-
-            normalizer = GOLD_NORMALIZERS[getattr(args, "gold_normalizer", "none")]
-            reward_funcs = [MathVerifyReward(mode=getattr(args, "grader_mode", "math_verify"), gold_normalizer=normalizer)]
+        reward_funcs = [default_verifier(args)] if default_rewards else reward_funcs
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         datasets = {key: kwargs.pop(key, None) for key in ("train_dataset", "eval_dataset")}
-        plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs, default_rewards=default_rewards)
+        plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs,
+                           default_rewards=default_rewards)
         self.components = tuple(components)
         for component in self.components:
             plan = component.prepare(plan)
-        check_column_clash(datasets, self.components)
-        if not plan.trainer_kwargs.get("environment_factory"):  # an environment may supply the prompts (TRL)
-            for where in ("train_dataset", "eval_dataset"):
-                if getattr(plan, where) is not None:
-                    check_prompt_column(getattr(plan, where), where)
-        check_train_dataset_size(plan.train_dataset, plan.args)
+        check_datasets(plan, self.components)
         eager = True if plan.args.use_vllm and getattr(plan.args, "vllm_enforce_eager", False) else None
         with _enter(contextlib.ExitStack(), [*plan.init_contexts, engine_options(enforce_eager=eager)]):
             super().__init__(plan.model, plan.reward_funcs, args=plan.args, train_dataset=plan.train_dataset,
@@ -158,96 +150,6 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
         """A context reproducing the sampling distribution of the current rollouts (the components' steering)."""
         return _enter(contextlib.ExitStack(), (c.behaviour_context(mode) for c in self.components))
 
-    def _teacher_forced_batch(self, prompt_ids: list, completion_ids: list):
-        """``(input_ids [B, P + T], attention_mask, completion_ids [B, T])`` on the device: left-padded prompts,
-        right-padded completions, as TRL lays out its batch."""
-        from trl.trainer.utils import pad
-
-        pad_id, device = self._tokenizer.pad_token_id, self.accelerator.device
-        p = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left")
-        c = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right")
-        pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left")
-        cm = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0, padding_side="right")
-        return torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device), c.to(device)
-
-    def policy_forward(self, prompt_ids: list, completion_ids: list, compute_entropy: bool = True) -> Forward:
-        """A no-grad, teacher-forced forward of the policy on the given completions (lists of ids, left-padded
-        prompts, right-padded completions), positions from the attention mask: TRL's forward, so its ``[B, T]``
-        log-probs and entropies (nats) are of ``softmax(logits / GRPOConfig.temperature)``, the trained policy's
-        distribution (not necessarily the sampler's: :meth:`behaviour_forward`). Cost: one forward over the batch."""
-        input_ids, attention_mask, completions = self._teacher_forced_batch(prompt_ids, completion_ids)
-        with torch.no_grad():
-            return Forward(*self._trl_forward(self.model, input_ids, attention_mask, completions.size(1),
-                                              compute_entropy=compute_entropy))
-
-    def behaviour_forward(self, mode: str, prompt_ids: list, completion_ids: list,
-                          positions: torch.Tensor | None = None) -> Forward:
-        """A no-grad, teacher-forced forward under the distribution the current rollouts were sampled from: the
-        components' :meth:`behaviour_context` (e.g. a route's steering) and the effective sampler :attr:`sampler`
-        (temperature from ``generation_kwargs`` when given there, top-k / top-p / min-p as the truncated,
-        renormalised distribution: :func:`~trl_explore.sampler_settings.processed_logits`).
-
-        When the sampler's distribution is TRL's (:meth:`SamplerSettings.matches_trl`, the default) this is
-        :meth:`policy_forward` (TRL's fused forward, no logits); otherwise the logits of the positions asked for are
-        computed (``[rows, positions, V]`` float32 per chunk of rows, about 1 GiB at most) and processed.
-
-        Args:
-            mode: ``"train"`` or ``"eval"`` (the behaviour contexts depend on it).
-            prompt_ids, completion_ids: lists of ids per row.
-            positions: ``[B]`` completion lengths ``l_i`` in ``[1, len_i]``: only the distribution that produced token
-                ``l_i - 1`` of each row is computed. None: every completion position.
-
-        Returns:
-            :class:`~trl_explore.components.Forward` with ``logps`` (log-prob of each token under the distribution it
-            was drawn from; ``-inf`` for a token outside the kept set) and ``entropies`` (that distribution's Shannon
-            entropy), nats, ``[B, T]`` (``[B, 1]`` with ``positions``).
-
-        Raises:
-            ValueError: a position outside ``[1, len_i]``.
-        """
-        if positions is not None:
-            positions = positions.long().cpu()
-            lengths = torch.tensor([len(c) for c in completion_ids])
-            bad = (positions < 1) | (positions > lengths)
-            if bad.any():
-                rows = torch.nonzero(bad).flatten().tolist()
-                raise ValueError(f"positions of rows {rows} are outside [1, completion length]")
-        with self.behaviour_context(mode):
-            if self.sampler.matches_trl(self.temperature):
-                forward = self.policy_forward(prompt_ids, completion_ids, compute_entropy=True)
-                if positions is None:
-                    return forward
-                index = (positions - 1).to(forward.logps.device).unsqueeze(1)
-                return Forward(forward.logps.gather(1, index), forward.entropies.gather(1, index), None)
-            return self._processed_forward(prompt_ids, completion_ids, positions)
-
-    def _processed_forward(self, prompt_ids, completion_ids, positions) -> Forward:
-        """:meth:`behaviour_forward` with logits: the model's own forward (not TRL's fused head), ``logits_to_keep``
-        the positions asked for, processed by the sampler."""
-        input_ids, attention_mask, completions = self._teacher_forced_batch(prompt_ids, completion_ids)
-        num_rows, width = completions.shape
-        prompt_width = input_ids.size(1) - width
-        columns = torch.arange(width).expand(num_rows, -1) if positions is None else (positions - 1).unsqueeze(1)
-        keep = torch.unique(columns)  # completion columns; the logits at prompt_width - 1 + c predict column c
-        vocab = self.model.config.get_text_config().vocab_size
-        chunk = max(1, (1 << 28) // max(1, len(keep) * vocab))
-        logps, entropies = [], []
-        with torch.no_grad(), mask_positions(self.model):
-            for start in range(0, num_rows, chunk):
-                rows = slice(start, start + chunk)
-                with self.accelerator.autocast():
-                    logits = self.model(input_ids=input_ids[rows], attention_mask=attention_mask[rows],
-                                        logits_to_keep=(prompt_width - 1 + keep).to(input_ids.device),
-                                        use_cache=False).logits
-                if positions is not None:  # each row's own column among the kept ones: [r, 1, V]
-                    where = torch.searchsorted(keep, columns[rows]).to(logits.device)
-                    logits = logits.gather(1, where.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-                tokens = completions[rows].gather(1, columns[rows].to(completions.device))
-                lp, ent = token_logps_and_entropy(processed_logits(logits, self.sampler), tokens.to(logits.device))
-                logps.append(lp)
-                entropies.append(ent)
-        return Forward(torch.cat(logps), torch.cat(entropies), None)
-
     # ---------------------------------------------------------------- generation (TRL hooks)
     def _generate_and_score_completions(self, inputs):
         # Overrides GRPOTrainer._generate_and_score_completions: hands the rows to the components (TRL's `_generate`
@@ -268,15 +170,13 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
         # sampling contexts (steering, recorders).
-        problem = context_length_problem(self.model, [len(p) for p in prompt_ids], self.max_completion_length)
-        if problem is not None and problem[0] == "error":
-            raise ValueError(problem[1])
-        if problem is not None and not self._warned_context:
-            self._warned_context = True
-            logger.warning(problem[1])
+        lengths = [len(p) for p in prompt_ids]  # past the position table: an error (absolute positions) or a warning
+        self._warned_context = check_context_length(self.model, lengths, self.max_completion_length,
+                                                    self._warned_context)
         call = SamplingCall(self._generation.mode, self._generation.rows, num_generations)
         with _enter(contextlib.ExitStack(), (c.sampling_context(call) for c in self.components)):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
 
     def _generate(self, prompts):
         # Overrides GRPOTrainer._generate: the components transform the finished rollouts (e.g. group replacement)
@@ -302,15 +202,8 @@ class ExplorationTrainer(ResumableTrainerMixin, GRPOTrainer):
             fields.update(component.reward_fields(gen.rollout))
         if fields:
             inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
-        # TRL's objects stay; for this call only, TRL calls each plain reward function through a check of its output
-        # (rewards.checks.check_reward_values: a string reward fails inside TRL naming no function)
-        funcs = self.reward_funcs
-        self.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward_function(f, name)
-                             for f, name in zip(funcs, self.reward_func_names)]
-        try:
+        with checked_reward_functions(self):  # for this call, a reward of the wrong type names its function
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            self.reward_funcs = funcs
         check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
         for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
             self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch

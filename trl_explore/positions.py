@@ -16,12 +16,15 @@ table whose forward takes no ``position_ids``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import inspect
 
 import torch
 from torch import nn
 
 from trl_explore.models import unwrap_model
+
+logger = logging.getLogger(__name__)
 
 ABSOLUTE_POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
 """Attribute names of learned or sinusoidal absolute position tables in transformers' causal LMs (GPT-2, GPT-Neo,
@@ -161,3 +164,15 @@ def context_length_problem(model: nn.Module, prompt_lengths, max_completion_leng
     return "warning", (f"{what}: with max_completion_length={max_completion_length} a completion can run past it "
                        f"({tokens + max_completion_length} positions){crash}. Lower max_completion_length or shorten "
                        "the prompts (warned once)")
+
+
+def check_context_length(model: nn.Module, prompt_lengths, max_completion_length: int, warned: bool = False) -> bool:
+    """Raise the error of :func:`context_length_problem`, or log its warning unless ``warned``; returns whether a
+    warning has been logged now or before (keep it for the next call)."""
+    problem = context_length_problem(model, prompt_lengths, max_completion_length)
+    if problem is not None and problem[0] == "error":
+        raise ValueError(problem[1])
+    if problem is not None and not warned:
+        logger.warning(problem[1])
+        return True
+    return warned

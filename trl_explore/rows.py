@@ -87,3 +87,23 @@ def check_prompt_rows(rows, where: str, expected: str | None = None) -> str:
                              f"of prompt (TRL renders a batch as its first row's kind); make them one kind, e.g. turn "
                              "each string s into [{'role': 'user', 'content': s}]")
     return first
+
+
+def check_datasets(plan, components) -> None:
+    """The construction-time checks of the datasets in a :class:`~trl_explore.components.TrainerPlan`: no column a
+    component writes, a ``prompt`` column (unless an environment supplies the prompts), enough prompts for one
+    generation batch.
+
+    Raises:
+        ValueError: naming the dataset, the column or the sizes, and the fix.
+    """
+    from trl_explore.defaults import check_train_dataset_size
+    from trl_explore.rewards.checks import check_column_clash
+
+    datasets = {"train_dataset": plan.train_dataset, "eval_dataset": plan.eval_dataset}
+    check_column_clash(datasets, components)
+    if not plan.trainer_kwargs.get("environment_factory"):  # an environment may supply the prompts (TRL)
+        for where, dataset in datasets.items():
+            if dataset is not None:
+                check_prompt_column(dataset, where)
+    check_train_dataset_size(plan.train_dataset, plan.args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Sequence
 
 import torch
@@ -144,6 +146,19 @@ def checked_reward_function(func, name: str):
         return values
 
     return checked
+
+
+@contextlib.contextmanager
+def checked_reward_functions(trainer):
+    """For the duration of the context, ``trainer.reward_funcs`` holds each plain reward function wrapped by
+    :func:`checked_reward_function` (models are kept as they are); restored afterwards."""
+    funcs = trainer.reward_funcs
+    trainer.reward_funcs = [f if isinstance(f, torch.nn.Module) else checked_reward_function(f, name)
+                            for f, name in zip(funcs, trainer.reward_func_names)]
+    try:
+        yield
+    finally:
+        trainer.reward_funcs = funcs
 
 
 def unscored_correctness_warning(values: torch.Tensor, name: str, index: int) -> str | None:
