@@ -143,6 +143,7 @@ def _instrument(trainer, monkeypatch):
     return rec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule, bank_readouts", [("aligned", "steered"), ("scoring_forward", "clean")])
 def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedule, bank_readouts):
     # aligned: one generation per optimizer step, readouts from the loss forward (no old log-probs);
@@ -227,6 +228,7 @@ def test_ase_trainer_end_to_end(tmp_path, smollm2_tokenizer, monkeypatch, schedu
     assert any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "loss_type, level", [("grpo", "token"), ("dapo", "token"), ("dr_grpo", "token"), ("grpo", "sequence")]
 )
@@ -286,6 +288,7 @@ def test_is_weighted_loss_matches_reference(tmp_path, smollm2_tokenizer, loss_ty
     assert history["ase/is_weight_clipped_frac"][-1] == pytest.approx((w[steered] == 1.5).float().mean().item())
 
 
+@pytest.mark.slow
 def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     trainer = _trainer(tmp_path, smollm2_tokenizer, num_generations_eval=3, per_device_eval_batch_size=6)
     state = trainer.ase.bank.state_dict()
@@ -302,6 +305,7 @@ def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     assert torch.equal(table, state["active"]) and routes.tolist() == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.slow
 def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokenizer, caplog):
     # 2 prompts x 6 rollouts give at most 18 pairs: 2 clusters of 10 can never be filled
     trainer = _trainer(tmp_path, smollm2_tokenizer, max_steps=1, min_pairs_per_cluster=10)
@@ -316,6 +320,7 @@ def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokeniz
     assert history["ase/skipped_updates"] == 1.0 and "ase/route_1_applied_strength" not in history  # no bank yet
 
 
+@pytest.mark.slow
 def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_tokenizer):
     saved = {}
 
@@ -361,6 +366,7 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
     assert torch.equal(SteeringVectorBank.load(bank_dir).vectors, bank_a["active"])
 
 
+@pytest.mark.slow
 def test_unstructured_random_control_steers_every_rollout(tmp_path, smollm2_tokenizer, monkeypatch):
     trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1, steering_alpha=4.0)
     rec = _instrument(trainer, monkeypatch)

@@ -93,6 +93,7 @@ def test_a_folder_without_record_is_checked_file_by_file(tmp_path):
     assert inspect_checkpoint(str(legacy)).problem.startswith("trainer_state.json is torn")
 
 
+@pytest.mark.slow
 def test_inspect_run_lists_newest_first_and_names_what_torn_ones_lack(tmp_path):
     _checkpoint(tmp_path / "checkpoint-2", 2)
     _checkpoint(tmp_path / "checkpoint-10", 10)
@@ -136,6 +137,7 @@ def trainer(tmp_path, smollm2_tokenizer):
                               processing_class=smollm2_tokenizer)
 
 
+@pytest.mark.slow
 def test_resume_true_takes_the_newest_complete_checkpoint_and_says_which_it_skipped(trainer, tmp_path, caplog):
     run = tmp_path / "run"
     _checkpoint(run / "checkpoint-1", 1)
@@ -156,6 +158,7 @@ def test_resume_true_takes_the_newest_complete_checkpoint_and_says_which_it_skip
         trainer.train(resume_from_checkpoint=True)
 
 
+@pytest.mark.slow
 def test_a_resume_inside_a_generation_with_another_geometry_or_method_is_refused(trainer, tmp_path, caplog):
     from trl_explore.checkpoints import run_record
 

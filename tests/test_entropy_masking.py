@@ -45,6 +45,7 @@ def _reference(model, inputs, quantile, loss_type):
     return policy - COEF * bonus, bonus, online_only, high
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 @pytest.mark.parametrize("quantile", [1.0, 0.5, 0.2])
 def test_one_rule_for_online_and_teacher_tokens(tmp_path, smollm2_tokenizer, loss_type, quantile):

@@ -41,6 +41,7 @@ def test_check_finite_rewards_on_hand_values():
         check_finite_rewards(torch.tensor([[1.0, 0.0], [0.0, math.inf], [-math.inf, 0.0]]), ["math", "oger"])
 
 
+@pytest.mark.slow
 def test_an_infinite_reward_stops_training_naming_the_function(tmp_path, smollm2_tokenizer):
     def broken_reward(completions, **kwargs):
         return [math.inf] + [0.0] * (len(completions) - 1)
@@ -54,6 +55,7 @@ def test_an_infinite_reward_stops_training_naming_the_function(tmp_path, smollm2
         trainer.train()
 
 
+@pytest.mark.slow
 def test_user_columns_reach_the_reward_functions_unchanged(tmp_path, smollm2_tokenizer):
     # columns named like the fields OGER used to add: they must arrive as the dataset has them
     user_columns = {"teacher": "from-the-dataset", "is_offline": "user-value", "last_token_entropy": -1.0}
@@ -95,6 +97,7 @@ def test_not_scored_counts_and_non_binary_values_on_hand_values():
     assert non_binary_values(torch.tensor([0.75, 1.0, 0.25, 0.75, nan, 2.0])) == [0.25, 0.75, 2.0]
 
 
+@pytest.mark.slow
 def test_none_rewards_are_counted_in_the_logs(tmp_path, smollm2_tokenizer):
     def half_scored(completions, **kwargs):  # the first two rows of every batch are "not scored"
         return [None, None] + [0.0] * (len(completions) - 2)
@@ -109,6 +112,7 @@ def test_none_rewards_are_counted_in_the_logs(tmp_path, smollm2_tokenizer):
     assert logged["rewards/half_scored/not_scored"] == 2 and logged["rewards/math_reward/not_scored"] == 0
 
 
+@pytest.mark.slow
 def test_a_graded_correctness_reward_warns_once_naming_the_index(tmp_path, smollm2_tokenizer, caplog):
     from test_ase_trainer import _config as ase_config
     from test_ase_trainer import _dataset as ase_dataset
@@ -150,6 +154,7 @@ def test_strip_prompt_overlap_on_hand_values(smollm2_tokenizer):
     assert strip_prompt_overlap("<think>\n", prefix) == "<think>\n"  # never the whole text
 
 
+@pytest.mark.slow
 def test_teacher_rows_do_not_repeat_the_templates_think_prefix(tmp_path, smollm2_tokenizer):
     import copy
 

@@ -224,6 +224,7 @@ def test_method_card_is_frozen_and_skips_fields_the_config_lacks():
     assert "[search arXiv for the title](https://arxiv.org/search/?query=T&searchtype=title)" in card.paper_link()
 
 
+@pytest.mark.slow
 def test_push_to_hub_with_the_upload_patched(tmp_path, smollm2_tokenizer, monkeypatch):
     uploads = []
 

@@ -57,6 +57,7 @@ def test_prompt_rows_on_hand_values():
         check_prompt_rows([chat, {"prompt": "2 + 2 ="}], where, "conversational")
 
 
+@pytest.mark.slow
 def test_a_message_without_role_is_refused_naming_row_and_message(tmp_path, smollm2_tokenizer):
     # issue 22 case: a chat message without `role` (was: a tokenizer error 16 frames deep)
     dataset = Dataset.from_list([{"prompt": [{"content": "What is 1 + 1?"}]}] * 2)
@@ -65,6 +66,7 @@ def test_a_message_without_role_is_refused_naming_row_and_message(tmp_path, smol
         _train(smollm2_tokenizer, tmp_path, dataset)
 
 
+@pytest.mark.slow
 def test_mixed_plain_and_conversational_prompts_are_refused(tmp_path, smollm2_tokenizer):
     # issue 22 case: conversational and plain prompts mixed in an IterableDataset
     # (TRL gives each of its rows a batch of its own: the second batch is the other kind; within one batch, see above)
@@ -74,6 +76,7 @@ def test_mixed_plain_and_conversational_prompts_are_refused(tmp_path, smollm2_to
         _train(smollm2_tokenizer, tmp_path, _iterable(rows), per_device_train_batch_size=4, max_steps=2)
 
 
+@pytest.mark.slow
 def test_an_iterable_row_without_prompt_is_refused_naming_its_fields(tmp_path, smollm2_tokenizer):
     # issue 22 case: an IterableDataset row without a prompt (was: KeyError 'prompt' inside TRL)
     with pytest.raises(ValueError, match=r"row 0 of this process's train generation batch has no 'prompt' field "
@@ -100,6 +103,7 @@ def test_reward_values_on_hand_values():
         check_reward_values(1.0, "r")
 
 
+@pytest.mark.slow
 def test_a_reward_function_returning_strings_is_named(tmp_path, smollm2_tokenizer):
     # issue 22 case: a reward function returning strings (was: TRL's "too many dimensions 'str'", naming no function)
     def text_reward(completions, **kwargs):
@@ -125,6 +129,7 @@ def test_context_length_problem_on_hand_values(smollm2_tokenizer):
     assert kind == "error" and "holds 32: a model with absolute positions cannot read past it" in text
 
 
+@pytest.mark.slow
 def test_a_prompt_longer_than_the_position_table_warns_once(tmp_path, smollm2_tokenizer, caplog):
     # issue 22 case: a prompt longer than the policy's position table (was: no warning; TRL adds none)
     model = make_tiny_causal_lm(smollm2_tokenizer)
@@ -137,6 +142,7 @@ def test_a_prompt_longer_than_the_position_table_warns_once(tmp_path, smollm2_to
     assert len(warnings) == 1 and "holds 32: the model reads it at positions it was not trained on" in warnings[0]
 
 
+@pytest.mark.slow
 def test_a_prompt_past_an_absolute_position_table_is_refused_before_generation(tmp_path, smollm2_tokenizer):
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(smollm2_tokenizer), n_positions=16, n_embd=16, n_layer=1,
                                       n_head=2, eos_token_id=smollm2_tokenizer.eos_token_id,

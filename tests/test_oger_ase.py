@@ -138,6 +138,7 @@ def _reference_last_entropy(trainer, output, routes, vectors):
     return entropy_from_logits(logits[rows, last - 1])  # the logits at position t predict token t + 1
 
 
+@pytest.mark.slow
 def test_composed_run_semantics(tmp_path, smollm2_tokenizer, monkeypatch):
     trainer = _trainer(tmp_path, smollm2_tokenizer, log_completions=True, num_completions_to_print=0)
     rec = _instrument(trainer, monkeypatch)
@@ -196,6 +197,7 @@ def test_composed_run_semantics(tmp_path, smollm2_tokenizer, monkeypatch):
     assert any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
 
 
+@pytest.mark.slow
 def test_offline_rows_in_bank_when_asked(tmp_path, smollm2_tokenizer, monkeypatch):
     trainer = _trainer(tmp_path, smollm2_tokenizer, include_offline_in_bank=True, max_steps=1)
     rec = _instrument(trainer, monkeypatch)
@@ -203,6 +205,7 @@ def test_offline_rows_in_bank_when_asked(tmp_path, smollm2_tokenizer, monkeypatc
     assert [u["num_rows"] for u in rec["updates"]] == [NUM_GENERATIONS]
 
 
+@pytest.mark.slow
 def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_tokenizer):
     """One micro-batch (ratio 1): clean rows -A, steered rows -w A with w = min(p / p_behaviour, cap), offline rows
     -A f(p) with f(p) = p / (p + gamma); grpo aggregation over all rows."""
@@ -235,6 +238,7 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     assert ((w > 1.0) | (w < 1.0)).any() and loss.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer, monkeypatch):
     saved = {}
 

@@ -72,6 +72,7 @@ def record_replacements(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacements, monkeypatch):
     from trl.extras.profiling import ProfilingContext
 
@@ -115,6 +116,7 @@ def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacement
     assert changed, "no parameter changed"
 
 
+@pytest.mark.slow
 def test_embedder_truncation_is_logged_and_warned_once(tmp_path, smollm2_tokenizer, caplog):
     """"truncate" mode with an 8-token embedder window: every completion is cut, so their divergences only see their
     first 6 word pieces; the fraction is a metric at every step and the warning comes once."""
@@ -160,6 +162,7 @@ def test_config_rejects_bad_values(tmp_path):
         _config(tmp_path, replacement_rule="highest")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "bnpo"])
 def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer, loss_type):
     """One micro-batch, 1 iteration (ratio 1), no entropy bonus: loss = on-policy -A + offline -A f(p)."""
@@ -288,6 +291,7 @@ def test_config_rejects_non_finite_gamma(tmp_path, gamma):
         _config(tmp_path, policy_shaping_gamma=gamma)
 
 
+@pytest.mark.slow
 def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smollm2_tokenizer):
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=_dataset(),
                           processing_class=smollm2_tokenizer)
@@ -299,6 +303,7 @@ def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smo
         trainer.oger.offline_for_group(rows, range(4))
 
 
+@pytest.mark.slow
 def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_tokenizer, monkeypatch):
     """num_replacements=0 and no exploration reward: no embedding, no entropy hook (GRPO's cost)."""
     args = _config(tmp_path, num_replacements=0, use_exploration_reward=False, max_steps=1)

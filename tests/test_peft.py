@@ -27,6 +27,7 @@ def _frozen_base(model):
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
 def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokenizer, monkeypatch, gradient_checkpointing):
     """One step whose loss comes only from the offline (teacher) tokens still trains every adapter.
@@ -60,6 +61,7 @@ def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokeni
         assert torch.equal(value, base_before[name]), name  # LoRA trains the adapters only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
 def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_tokenizer, monkeypatch,
                                                             gradient_checkpointing):
@@ -103,6 +105,7 @@ def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_to
     assert not torch.allclose(logps[1], clean_logps[1])  # the steered route is not
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
 def test_oger_ase_lora_trains_every_adapter_and_keeps_the_base(tmp_path, smollm2_tokenizer, gradient_checkpointing):
     from test_oger_ase import _config as oger_ase_config

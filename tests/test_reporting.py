@@ -47,6 +47,7 @@ def _trainer(tmp_path, tokenizer, **overrides):
                               processing_class=tokenizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("disable_tqdm", [False, True])
 def test_compact_logs_replace_the_dict_print_and_keep_the_full_logs(tmp_path, smollm2_tokenizer, capsys,
                                                                     disable_tqdm):

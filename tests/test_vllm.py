@@ -286,6 +286,7 @@ def test_weight_sync_updates_the_engine(tmp_path, tiny_path, smollm2_tokenizer):
     gc.collect()
 
 
+@pytest.mark.slow
 def test_lora_colocate_gives_the_engine_merged_weights_at_every_step(tmp_path, tiny_path, smollm2_tokenizer):
     """With LoRA, every weight sync (one per generation) hands the engine base + B A, the adapter merged."""
     from peft import LoraConfig
@@ -322,6 +323,7 @@ def test_lora_colocate_gives_the_engine_merged_weights_at_every_step(tmp_path, t
     gc.collect()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, mode):
     from trl_explore import ASEConfig, ASEGRPOTrainer
@@ -358,6 +360,7 @@ def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, 
     gc.collect()
 
 
+@pytest.mark.slow
 def test_oger_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer):
     from trl_explore import OGERConfig, OGERTrainer
     from trl_explore.defaults import default_embedder_path
@@ -394,6 +397,7 @@ def test_oger_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer)
     gc.collect()
 
 
+@pytest.mark.slow
 def test_oger_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer):
     """The composed trainer in colocate mode: vLLM samples under the routes, one row per group is replaced by a
     teacher, H_last of every online row comes from a forward under the route's steering (vLLM gives no entropies)."""
@@ -434,6 +438,7 @@ def test_oger_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokeni
     gc.collect()
 
 
+@pytest.mark.slow
 def test_ase_resume_inside_a_generation_is_exact_colocate(tmp_path, tiny_path, smollm2_tokenizer):
     """A run resumed inside a generation (checkpoint 1 of steps_per_generation=2) continues with TRL's buffered
     batches and samples the next generation in vLLM as the uninterrupted run does: equal losses and weights (TRL's
