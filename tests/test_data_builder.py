@@ -607,6 +607,7 @@ def champ_zero_shot(tmp_path_factory):
     return root, folder, dataset
 
 
+@pytest.mark.slow
 def test_champ_zero_shot_table(champ_zero_shot):
     _, folder, _ = champ_zero_shot
     saved = json.loads((folder / "offline_stats.json").read_text())

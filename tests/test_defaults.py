@@ -102,6 +102,7 @@ def converted():
     return path, AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
 
 
+@pytest.mark.slow
 def test_converted_logits_equal_gguf_logits(converted):
     from transformers import AutoModelForCausalLM
 
