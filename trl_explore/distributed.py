@@ -114,5 +114,5 @@ def check_launch(accelerator, environ=os.environ) -> None:
         raise RuntimeError(
             f"FSDP was requested (an FSDP accelerate config or GRPOConfig.fsdp) but Accelerate runs "
             f"{accelerator.distributed_type}: accelerate enables FSDP only on GPU-type devices, so the model would not "
-            "be sharded. On CPU processes use DDP or DeepSpeed ZeRO (README, 'Distributed engines')"
+            "be sharded. On CPU processes use DDP or DeepSpeed ZeRO (docs/distributed.md)"
         )
