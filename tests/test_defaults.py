@@ -222,7 +222,8 @@ def test_tiny_policy_replaces_the_aliases_only(monkeypatch, tmp_path):
         tiny = AutoTokenizer.from_pretrained(path)
         assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("llama", 2, 64)
         assert config.vocab_size == len(real) == len(tiny) == 49152
-        assert tiny.chat_template == real.chat_template and tiny.eos_token == real.eos_token == "<|im_end|>"
+        assert tiny.chat_template == real.chat_template
+        assert tiny.eos_token == real.eos_token == "<|im_end|>"
         assert tiny(SAMPLE)["input_ids"] == real(SAMPLE)["input_ids"]
         stamp = (pathlib.Path(path) / "config.json").stat().st_mtime_ns
         defaults.tiny_policy_path.cache_clear()

@@ -42,19 +42,25 @@ NOT_RUN = {
     ("README.md", 'python -m pytest -q -m "not slow" tests'): "runs the test suite itself; installs vLLM",
     ("docs/training.md", "bash scripts/install.sh"): "installs packages",
     ("docs/training.md", 'pip install -e ".[vllm,tensorboard]"'): "8 GPUs, the Hub, days of compute",
-    ("docs/offline-datasets.md", "python examples/build_offline_dataset.py --source luffy --data_files openr1.parquet \\"):
+    ("docs/offline-datasets.md",
+     "python examples/build_offline_dataset.py --source luffy --data_files openr1.parquet \\"):
         "needs the LUFFY files and teacher models from the Hub",
-    ("docs/distributed.md", "accelerate launch --config_file accelerate_configs/zero3.yaml --num_processes 2 "
-                            "--mixed_precision no \\"): "DeepSpeed's op build; tests/test_distributed_engines.py runs it",
-    ("docs/distributed.md", "accelerate launch --config_file accelerate_configs/multi_gpu.yaml examples/train_oger.py"):
+    ("docs/distributed.md",
+     "accelerate launch --config_file accelerate_configs/zero3.yaml --num_processes 2 --mixed_precision no \\"):
+        "DeepSpeed's first run builds an op; tests/test_distributed_engines.py runs these engines",
+    ("docs/distributed.md",
+     "accelerate launch --config_file accelerate_configs/multi_gpu.yaml examples/train_oger.py"):
         "GPUs, several nodes",
     ("docs/vllm.md", "bash scripts/install_vllm.sh"): "installs vLLM; tests/test_vllm.py runs these paths",
-    ("docs/vllm.md", "TRL_EXPLORE_STEERING_LAYER=0 CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen3-1.7B-Base"):
+    ("docs/vllm.md",
+     "TRL_EXPLORE_STEERING_LAYER=0 CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen3-1.7B-Base"):
         "GPUs (NCCL weight transfer)",
-    ("docs/performance.md", "python benchmarks/overhead.py --model embedded --variants grpo,oger_full,ase --repeats 5 "
-                            "--steps 1 --threads 1 \\"): "measurements: tens of minutes, on a quiet host",
+    ("docs/performance.md", "python benchmarks/overhead.py --model embedded --variants grpo,oger_full,ase "
+                            "--repeats 5 --steps 1 --threads 1 \\"):
+        "measurements: tens of minutes, on a quiet host",
     ("docs/grading.md", "python benchmarks/grader_agreement.py"): "downloads Math-Verify's sdist; minutes",
-    ("docs/evaluation.md", "python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \\"):
+    ("docs/evaluation.md",
+     "python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \\"):
         "Hub benchmarks and a Hub model; GPU hours",
 }
 
@@ -120,7 +126,7 @@ ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
 
 def test_every_block_has_a_known_language_and_marker():
     for block in ALL_BLOCKS:
-        assert block.language in RUN_LANGUAGES + SHOWN_LANGUAGES, f"{block}: say the language (```python, ```bash, ```text)"
+        assert block.language in RUN_LANGUAGES + SHOWN_LANGUAGES, f"{block}: name the language (python, bash, text)"
         assert set(block.markers) <= {MARKER}, f"{block}: the only marker is {MARKER!r}"
         assert not block.markers or block.language == "bash", f"{block}: only shell blocks may be {MARKER!r}"
 
@@ -283,5 +289,5 @@ def test_blocks_of_the_page_run(page, tmp_path):
     folder, env = _scratch_folder(tmp_path), _environment()
     for block in (b for b in ALL_BLOCKS if b.page == page and b.runs):
         result = run_block(block, folder, env)
-        assert result.returncode == 0, (f"{block} exited with {result.returncode}:\n{block.code}\n--- output (end) ---\n"
-                                        f"{(result.stdout + result.stderr)[-4000:]}")
+        output = (result.stdout + result.stderr)[-4000:]
+        assert result.returncode == 0, f"{block} exited with {result.returncode}:\n{block.code}\n---\n{output}"

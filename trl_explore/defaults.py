@@ -296,7 +296,8 @@ def tiny_policy_requested() -> bool:
         return False
     if value in ("1", "true", "yes", "on"):
         return True
-    raise ValueError(f"{TINY_POLICY_ENV}={os.environ[TINY_POLICY_ENV]!r}: use 1 (tiny random policy for try-outs) or 0")
+    raise ValueError(f"{TINY_POLICY_ENV}={os.environ[TINY_POLICY_ENV]!r}: use 1 (a tiny random policy, for try-outs) "
+                     "or 0")
 
 
 @functools.cache
