@@ -189,3 +189,48 @@ def test_missing_gguf_names_pip_command_not_the_defaults_extra_for_the_policy(mo
             defaults.default_policy_path()
     finally:
         defaults.default_policy_path.cache_clear()
+
+
+# ---------------------------------------------------------------- TRL_EXPLORE_TINY_POLICY (try-outs, the docs' check)
+
+
+@pytest.mark.parametrize("value, expected", [("", False), ("0", False), ("off", False), ("1", True), ("TRUE", True)])
+def test_tiny_policy_requested_reads_the_variable(monkeypatch, value, expected):
+    monkeypatch.setenv(defaults.TINY_POLICY_ENV, value)
+    assert defaults.tiny_policy_requested() is expected
+
+
+def test_tiny_policy_requested_refuses_other_values(monkeypatch):
+    monkeypatch.setenv(defaults.TINY_POLICY_ENV, "tiny")
+    with pytest.raises(ValueError, match=r"TRL_EXPLORE_TINY_POLICY='tiny': use 1"):
+        defaults.resolve_model_path("embedded")
+
+
+def test_tiny_policy_replaces_the_aliases_only(monkeypatch, tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path))
+    monkeypatch.setattr(defaults, "default_policy_path", lambda real=defaults.default_policy_path(): real)
+    defaults.tiny_policy_path.cache_clear()
+    try:
+        monkeypatch.setenv(defaults.TINY_POLICY_ENV, "1")
+        path = defaults.resolve_model_path("embedded")
+        assert path == str(tmp_path / f"tiny-random-llama-smollm2-tokenizer-v{defaults.TINY_POLICY_VERSION}")
+        assert defaults.resolve_model_path(None) == defaults.resolve_model_path("SmolLM2") == path
+        assert defaults.resolve_model_path("Qwen/Qwen2.5-Math-7B") == "Qwen/Qwen2.5-Math-7B"  # other names unchanged
+        config = AutoConfig.from_pretrained(path)
+        real = AutoTokenizer.from_pretrained(defaults.default_policy_path())
+        tiny = AutoTokenizer.from_pretrained(path)
+        assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("llama", 2, 64)
+        assert config.vocab_size == len(real) == len(tiny) == 49152
+        assert tiny.chat_template == real.chat_template
+        assert tiny.eos_token == real.eos_token == "<|im_end|>"
+        assert tiny(SAMPLE)["input_ids"] == real(SAMPLE)["input_ids"]
+        stamp = (pathlib.Path(path) / "config.json").stat().st_mtime_ns
+        defaults.tiny_policy_path.cache_clear()
+        assert defaults.resolve_model_path("embedded") == path  # a later process reuses the folder
+        assert (pathlib.Path(path) / "config.json").stat().st_mtime_ns == stamp
+        monkeypatch.setenv(defaults.TINY_POLICY_ENV, "0")
+        assert defaults.resolve_model_path("embedded") == str(defaults.default_policy_path())
+    finally:
+        defaults.tiny_policy_path.cache_clear()

