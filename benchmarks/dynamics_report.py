@@ -297,8 +297,8 @@ def _bank_figure(path, by_method, methods):
     for ax, m in zip(axes[0], ase):
         for r in by_method[m]:
             banks = [b for b in r.get("bank_diagnostics") or [] if not b.get("skipped")]
-            num_clusters = max((int(key.split("/")[1]) + 1 for b in banks for key in b if key.startswith("cluster_share/")),
-                               default=0)
+            keys = [key for b in banks for key in b if key.startswith("cluster_share/")]
+            num_clusters = max((int(key.split("/")[1]) + 1 for key in keys), default=0)
             for k in range(num_clusters):
                 pts = [(b["global_step"], b.get(f"cluster_share/{k}")) for b in banks if f"cluster_share/{k}" in b]
                 if pts:

@@ -59,7 +59,8 @@ def test_result_aggregates_on_hand_values():
     assert r.distinct_answer_fraction == pytest.approx(2 / 3)  # problems 1 and 3 differ, problem 2 does not
     # pairs without None: problem 1: (3,4),(3,4),(4,4) -> 2 of 3 differ; 2: 0 of 6; 3: 3 of 6 differ
     assert r.answer_disagreement == pytest.approx(5 / 15)
-    assert r.per_level() == {"one_digit": {"problems": 3, "mean": pytest.approx(r.mean), "greedy": pytest.approx(2 / 3)}}
+    level = {"problems": 3, "mean": pytest.approx(r.mean), "greedy": pytest.approx(2 / 3)}
+    assert r.per_level() == {"one_digit": level}
     back = HeldoutResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back == r
 
@@ -135,3 +136,35 @@ def test_seed_problem_bootstrap_interval_on_hand_values():
     assert constant == (1.0, 1.0, 1.0)  # per-seed scalars (one problem column), no spread
     with pytest.raises(ValueError, match="same problems"):
         seed_problem_bootstrap_interval(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model, smollm2_tokenizer, tmp_path,
+                                                                     monkeypatch):
+    """HeldoutEvaluator on a trainer-like object: the first evaluation is stored under the cache folder, a second one
+    of the same weights is read back (same verdicts, ``cached``), and changed weights are evaluated again."""
+    import types
+
+    import torch
+    from accelerate import Accelerator
+
+    from trl_explore.evaluation.heldout import HeldoutEvaluator, weights_digest
+
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    trainer = types.SimpleNamespace(model=tiny_model, processing_class=smollm2_tokenizer,
+                                    accelerator=Accelerator(cpu=True), max_completion_length=4,
+                                    args=types.SimpleNamespace(grader_mode="math_verify"))
+    options = HeldoutEvalArguments(eval_heldout=True, eval_split="validation", eval_problems=2, eval_samples=2,
+                                   eval_batch_size=4)
+    evaluator = HeldoutEvaluator(trainer, options, levels=["one_digit"])
+    first = evaluator("before")
+    assert not first.cached and first.levels == ("one_digit",) and first.num_problems == 2
+    assert len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 1
+    again = evaluator("again")
+    assert again.cached and again.correct == first.correct and again.answers == first.answers
+    digest = weights_digest(tiny_model)
+    with torch.no_grad():
+        next(tiny_model.parameters()).add_(1.0)
+    assert weights_digest(tiny_model) != digest
+    changed = evaluator("after")
+    assert not changed.cached and len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 2
+    assert set(evaluator.results) == {"before", "again", "after"}

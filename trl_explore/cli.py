@@ -108,11 +108,15 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     from trl import ModelConfig, get_peft_config
 
     from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.evaluation.heldout import (HeldoutEvalArguments, HeldoutEvaluator, compare_heldout, heldout_table,
-                                                 save_heldout)
+    from trl_explore.evaluation.heldout import (
+        HeldoutEvalArguments,
+        HeldoutEvaluator,
+        compare_heldout,
+        heldout_table,
+        save_heldout,
+    )
     from trl_explore.hub import check_hub_access
-    from trl_explore.reporting import (filter_known_warnings, finish_run, silence_trl_completion_panel,
-                                       use_compact_logs)
+    from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
     filter_known_warnings()
     script_cls = script_cls or DataArguments
@@ -143,7 +147,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
         before = evaluator("before")
         if before is not None:
-            print(f"[{tag}] before training ({before.seconds:.0f} s):\n" + "\n".join(heldout_table(before)))
+            took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
+            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     lines = tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ()
     if evaluator is not None:

@@ -20,6 +20,8 @@ training seed gives another policy): that needs several runs (``benchmarks/dynam
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -70,6 +72,12 @@ class HeldoutEvalArguments:
     )
     eval_batch_size: int = field(default=64, metadata={"help": "Completions per generate call."})
     eval_seed: int = field(default=0, metadata={"help": "Sampling seed (the same before and after training)."})
+    eval_cache: bool = field(
+        default=True,
+        metadata={"help": "Reuse an evaluation of the same weights with the same settings from "
+                  "~/.cache/trl_explore/heldout/ (keyed by a digest of the weights): a second run of a job skips the "
+                  "evaluation of the unchanged initial policy."},
+    )
 
     def __post_init__(self):
         for name in ("eval_problems", "eval_samples", "eval_batch_size"):
@@ -95,7 +103,7 @@ class HeldoutResult:
         correct: ``[P][k]`` verdicts of the sampled completions; answers: their extracted answers (None: none found).
         greedy_correct, greedy_answers: ``[P]`` of the greedy completion (None when not evaluated).
         mean_num_tokens: mean sampled completion length (tokens); truncated_fraction: share that hit the budget.
-        seconds: wall time of generation and grading.
+        seconds: wall time of generation and grading; cached: True when read back by :func:`cached_evaluation`.
     """
 
     benchmark: str
@@ -110,6 +118,7 @@ class HeldoutResult:
     mean_num_tokens: float = float("nan")
     truncated_fraction: float = float("nan")
     seconds: float = 0.0
+    cached: bool = False
 
     @property
     def num_problems(self) -> int:
@@ -179,7 +188,8 @@ class HeldoutResult:
     def summary(self) -> dict:
         """The aggregates as a JSON-able dict (mean, pass@k curve, greedy, diversity, lengths, per level)."""
         return {
-            "benchmark": self.benchmark, "split": self.split, "levels": None if self.levels is None else list(self.levels),
+            "benchmark": self.benchmark, "split": self.split,
+            "levels": None if self.levels is None else list(self.levels),
             "num_problems": self.num_problems, "num_samples": self.num_samples, "temperature": self.temperature,
             "mean": self.mean, "pass_at_k": {str(k): v for k, v in self.pass_at_k_curve().items()},
             "greedy_accuracy": self.greedy_accuracy, "distinct_answer_fraction": self.distinct_answer_fraction,
@@ -228,7 +238,8 @@ def heldout_problems(benchmark: str = "ladder", split: str = "test", levels: Seq
 def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str = "test",
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
-                     batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False) -> HeldoutResult:
+                     batch_size: int = 64, grader_mode: str = "math_verify",
+                     show_progress: bool = False) -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
     ``greedy``, one greedy completion per problem, graded like the training reward.
 
@@ -274,14 +285,14 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
     by_problem = {pid: [] for pid in ids}
     for record in sorted(records, key=lambda r: r["sample_index"]):
         by_problem[record["problem_id"]].append(record)
-    greedy_by_problem = {r["problem_id"]: r for r in greedy_records} if greedy_records is not None else None
+    by_id = {r["problem_id"]: r for r in greedy_records} if greedy_records is not None else None
     return HeldoutResult(
         benchmark=benchmark, split=split, levels=None if levels is None else tuple(levels), problem_ids=ids,
         temperature=float(temperature),
         correct=tuple(tuple(bool(r["correct"]) for r in by_problem[p]) for p in ids),
         answers=tuple(tuple(r["extracted_answer"] for r in by_problem[p]) for p in ids),
-        greedy_correct=None if greedy_by_problem is None else tuple(bool(greedy_by_problem[p]["correct"]) for p in ids),
-        greedy_answers=None if greedy_by_problem is None else tuple(greedy_by_problem[p]["extracted_answer"] for p in ids),
+        greedy_correct=None if by_id is None else tuple(bool(by_id[p]["correct"]) for p in ids),
+        greedy_answers=None if by_id is None else tuple(by_id[p]["extracted_answer"] for p in ids),
         mean_num_tokens=float(summary["mean_num_tokens"]), truncated_fraction=float(summary["truncated_fraction"]),
         seconds=round(time.perf_counter() - start, 2),
     )  # fmt: skip
@@ -327,7 +338,8 @@ def _change(entry) -> str:
     return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None, comparison: dict | None = None) -> list[str]:
+def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
+                  comparison: dict | None = None) -> list[str]:
     """A short before/after table (lines of text): mean@k, pass@k, greedy accuracy, the two diversity measures and
     the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one."""
     k = before.num_samples if after is None else min(before.num_samples, after.num_samples)
@@ -356,6 +368,54 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None, com
         else:
             lines.append(f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}")
     return lines
+
+
+def weights_digest(model) -> str:
+    """SHA-256 (16 hex digits) of a model's parameters and buffers: names, dtypes, shapes and bytes (SmolLM2-135M:
+    ~1 s on a CPU). Two models with this digest compute the same functions."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted({**dict(model.named_parameters()), **dict(model.named_buffers())}.items()):
+        data = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()[:16]
+
+
+def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> HeldoutResult:
+    """``evaluate()``, or its stored result for the same weights (:func:`weights_digest`), settings ``key``, torch
+    thread count and library versions (the samples depend on all of them) from
+    ``trl_explore.defaults.cache_dir() / "heldout"``; a fresh result is stored there. ``cache=False``: evaluate."""
+    import hashlib
+    import json
+
+    if not cache:
+        return evaluate()
+    import torch
+    import transformers
+
+    from trl_explore.defaults import cache_dir
+
+    full = {**key, "weights": weights_digest(model), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+    name = hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_dir() / "heldout" / f"{name}.json"
+    if path.is_file():
+        try:
+            result = HeldoutResult.from_dict(json.loads(path.read_text())["result"])
+            logger.info("held-out evaluation read back from %s", path)
+            return dataclasses.replace(result, cached=True)
+        except (ValueError, KeyError, TypeError):  # a damaged file: evaluate again
+            pass
+    result = evaluate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": full, "result": result.to_dict()}))
+    tmp.replace(path)
+    return result
 
 
 class HeldoutEvaluator:
@@ -395,13 +455,18 @@ class HeldoutEvaluator:
             return None
         result = None
         if t.accelerator.is_main_process:
-            result = evaluate_heldout(
-                t.accelerator.unwrap_model(t.model), t.processing_class, benchmark=o.eval_benchmark, split=o.eval_split,
-                levels=self.levels, num_problems=o.eval_problems, num_samples=o.eval_samples,
-                temperature=o.eval_temperature, greedy=o.eval_greedy,
-                max_new_tokens=o.eval_max_new_tokens or t.max_completion_length, seed=o.eval_seed,
-                batch_size=o.eval_batch_size, grader_mode=getattr(t.args, "grader_mode", "math_verify"),
-            )  # fmt: skip
+            model = t.accelerator.unwrap_model(t.model)
+            settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
+                            num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
+                            greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
+                            seed=o.eval_seed, batch_size=o.eval_batch_size,
+                            grader_mode=getattr(t.args, "grader_mode", "math_verify"))
+            rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems)
+            text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
+            problems = hashlib.sha256(text.encode()).hexdigest()[:16]
+            result = cached_evaluation(model, {**settings, "problems": problems},
+                                       lambda: evaluate_heldout(model, t.processing_class, **settings),
+                                       cache=o.eval_cache)
             self.results[label] = result
         t.accelerator.wait_for_everyone()
         return result
@@ -411,7 +476,7 @@ def heldout_callback(evaluator: HeldoutEvaluator, steps: Iterable[int]):
     """A ``TrainerCallback`` that runs ``evaluator`` after each optimizer step in ``steps`` (label ``"step <n>"``)."""
     from transformers import TrainerCallback
 
-    wanted = set(int(s) for s in steps)
+    wanted = {int(s) for s in steps}
 
     class HeldoutEvalCallback(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -427,7 +492,6 @@ HELDOUT_JSON = "heldout_eval.json"
 
 def save_heldout(output_dir, results: dict[str, HeldoutResult]) -> None:
     """Write ``{label: {"summary", "result"}}`` to ``<output_dir>/heldout_eval.json`` (main process)."""
-    import json
     import pathlib
 
     path = pathlib.Path(output_dir) / HELDOUT_JSON

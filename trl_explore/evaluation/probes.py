@@ -141,8 +141,8 @@ class DynamicsProbe(Component):
     def setup(self, trainer) -> None:
         super().setup(trainer)
         if self.correctness_reward_index >= len(trainer.reward_funcs):
-            raise ValueError(f"DynamicsProbe: correctness_reward_index={self.correctness_reward_index} but the trainer "
-                             f"has {len(trainer.reward_funcs)} reward functions")
+            raise ValueError(f"DynamicsProbe: correctness_reward_index={self.correctness_reward_index} but the "
+                             f"trainer has {len(trainer.reward_funcs)} reward functions")
 
     def needs(self, mode):
         return Needs(loss_forward=mode == "train")
