@@ -22,11 +22,14 @@ def _script(name):
 
 def _parse(recipe):
     from trl_explore import ASEConfig, OGERASEConfig, OGERConfig
+    from trl_explore.data.training_data import DataArguments
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     name, config = ("train_oger_ase", OGERASEConfig) if recipe.name.startswith("oger_ase") else (
         ("train_oger", OGERConfig) if recipe.name.startswith("oger") else ("train_ase_grpo", ASEConfig))
     script = _script(name)
-    dataclasses = (script.ScriptArguments, config, ModelConfig)
+    # the scripts' run_training parses these (DataArguments unless the script has its own ScriptArguments)
+    dataclasses = (getattr(script, "ScriptArguments", DataArguments), HeldoutEvalArguments, config, ModelConfig)
     # bf16 and vLLM are checked against this machine (CPU, no vLLM) by the configs: switched off here only
     return TrlParser(dataclasses).parse_args_and_config(
         args=["--config", str(recipe), "--bf16", "false", "--use_vllm", "false"]

@@ -109,14 +109,21 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
+    from trl_explore.evaluation.heldout import (
+        HeldoutEvalArguments,
+        HeldoutEvaluator,
+        compare_heldout,
+        heldout_table,
+        save_heldout,
+    )
     from trl_explore.hub import check_hub_access
-    from trl_explore.reporting import (filter_known_warnings, finish_run, silence_trl_completion_panel,
-                                       use_compact_logs)
+    from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
     filter_known_warnings()
     script_cls = script_cls or DataArguments
-    script_args, training_args, model_args = parse_args((script_cls, config_cls, ModelConfig), recipe, argv,
-                                                        sections=(script_cls,))
+    script_args, eval_args, training_args, model_args = parse_args(
+        (script_cls, HeldoutEvalArguments, config_cls, ModelConfig), recipe, argv,
+        sections=(script_cls, HeldoutEvalArguments))
     check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
     if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for its golds (CHAMP)
         training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -138,10 +145,24 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                                  offline_column=getattr(training_args, "offline_completions_column", ""))
     trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args))
     use_compact_logs(trainer)
+    evaluator = None
+    if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
+        evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
+        before = evaluator("before")
+        if before is not None:
+            took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
+            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
     lines = tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ()
+    if evaluator is not None:
+        after = evaluator("after")  # every process takes part (the others wait for the main one)
+        before = evaluator.results.get("before")
+        if after is not None and before is not None:
+            lines += (f"held-out evaluation before and after training ({after.seconds:.0f} s after):",
+                      *heldout_table(before, after, compare_heldout(before, after)))
+            save_heldout(training_args.output_dir, evaluator.results)
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
                tuple(f"{c.name}/" for c in trainer.components), time.perf_counter() - start, lines=lines)
     trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)

@@ -20,6 +20,9 @@ name                domain  grading           Hub source (config, split): questi
 ``bbh``             ood     exact_match       ``lukaemon/bbh`` (27 configs, test): input / target
 ``champ``           math    math              embedded: the held-out ``test`` split of
                                               :func:`trl_explore.data.load_default_offline_dataset`
+``ladder``          math    math              embedded: the held-out ``test`` split of the arithmetic
+                                              ladder, :func:`trl_explore.data.ladder_dataset` (levels
+                                              selectable; ``validation`` for choosing settings)
 ==================  ======  ================  ==========================================================
 
 This machine has no Hub, so every benchmark also loads from a local file in the same (Hub) schema:
@@ -30,8 +33,9 @@ This machine has no Hub, so every benchmark also loads from a local file in the 
 :data:`BENCHMARK_COLUMNS`: ``benchmark``, ``problem_id``, ``problem`` (the text shown to the model,
 options included for multiple choice), ``answer`` (the gold answer; a letter for multiple choice),
 ``grading``, ``domain``, ``choices`` (``list[str]``, empty unless multiple choice) and ``prompt``
-(``list`` of chat messages; empty unless the source has its own prompt, as CHAMP has: the runner
-then builds it from the evaluation protocol).
+(``list`` of chat messages; empty unless the source has its own prompt, as CHAMP and the ladder have: the
+runner then builds it from the evaluation protocol). The ladder's problem ids are its own
+(``ladder:<level>:<canonical form>``), so the level of a row is ``problem_id.split(":")[1]``.
 
 Grading (``math``, ``multiple_choice``, ``exact_match``) lives with the rewards, in
 :mod:`trl_explore.rewards.benchmark_grading` (:func:`~trl_explore.rewards.benchmark_grading.grade_completion`); its
@@ -147,6 +151,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       hub_configs=BBH_TASKS, task_field="task", source="ASE Tables 1-2 (OOD)"),
         BenchmarkSpec("champ", "CHAMP (held-out)", "math", "math", None, "test", "problem", "answer", "problem_id",
                       source="embedded default: held-out CHAMP problems of the offline data set"),
+        BenchmarkSpec("ladder", "Ladder (held-out)", "math", "math", None, "test", "problem", "answer", "problem_id",
+                      source="embedded: held-out problems of the arithmetic ladder (trl_explore.data.ladder)"),
     )
 }  # fmt: skip
 """The registry, keyed by canonical name."""
@@ -164,7 +170,7 @@ _ALIASES = {
     "minerva": "minerva", "minervamath": "minerva", "olympiadbench": "olympiadbench", "olympiad": "olympiadbench",
     "arc": "arc_challenge", "arcc": "arc_challenge", "arcchallenge": "arc_challenge",
     "gpqa": "gpqa_diamond", "gpqad": "gpqa_diamond", "gpqadiamond": "gpqa_diamond",
-    "mmlupro": "mmlu_pro", "bbh": "bbh", "bigbenchhard": "bbh", "champ": "champ",
+    "mmlupro": "mmlu_pro", "bbh": "bbh", "bigbenchhard": "bbh", "champ": "champ", "ladder": "ladder",
 }  # fmt: skip
 
 
@@ -354,20 +360,26 @@ def convert_record(spec: BenchmarkSpec, record: dict, index: int) -> dict:
     }
 
 
-def _champ_rows(spec: BenchmarkSpec, split: str, champ_kwargs: dict) -> list[dict]:
-    from trl_explore.data import load_default_offline_dataset
+def _embedded_rows(name: str, split: str, options: dict) -> list[dict]:
+    """The rows of an embedded data set's split (``champ``, ``ladder``), which bring their own chat prompts."""
+    if name == "champ":
+        from trl_explore.data import load_default_offline_dataset
 
-    data = load_default_offline_dataset(**champ_kwargs)[split]
+        data = load_default_offline_dataset(**options)[split]
+    else:
+        from trl_explore.data.ladder import ladder_dataset
+
+        data = ladder_dataset(**options)[split]
     rows = []
     for index, record in enumerate(data):
-        where = f"benchmark 'champ', row {index} (id {record.get('problem_id')!r})"
+        where = f"benchmark {name!r}, row {index} (id {record.get('problem_id')!r})"
         prompt = [{"role": m["role"], "content": m["content"]} for m in _field(record, "prompt", where)]
         users = [m["content"] for m in prompt if m["role"] == "user"]
         if not users:
             raise ValueError(f"{where}: the prompt has no user message")
         rows.append(
             {
-                "benchmark": "champ",
+                "benchmark": name,
                 "problem_id": str(record["problem_id"]),
                 "problem": users[-1],
                 "answer": _text(_field(record, "answer", where), "answer", where),
@@ -387,6 +399,8 @@ def load_benchmark(
     limit: int | None = None,
     champ_split: str = "test",
     champ_kwargs: dict | None = None,
+    ladder_split: str = "test",
+    ladder_kwargs: dict | None = None,
 ):
     """Load one benchmark as a ``datasets.Dataset`` with the columns :data:`BENCHMARK_COLUMNS`.
 
@@ -398,6 +412,10 @@ def load_benchmark(
         champ_split: split of the offline data set used for ``champ`` (default ``"test"``, held out).
         champ_kwargs: keyword arguments of ``load_default_offline_dataset`` for ``champ`` (the default
             arguments give the split the training job uses).
+        ladder_split: split of the ladder used for ``ladder`` (default ``"test"``, held out; ``"validation"`` to
+            choose settings, never ``"test"``).
+        ladder_kwargs: keyword arguments of :func:`trl_explore.data.ladder_dataset` for ``ladder`` (e.g.
+            ``{"levels": ["two_digit"]}``; the defaults give the splits the training job uses).
 
     Returns:
         ``datasets.Dataset``, one row per problem, in source order.
@@ -413,7 +431,9 @@ def load_benchmark(
     if limit is not None and limit < 1:
         raise ValueError(f"`limit` must be >= 1 or None, got {limit}")
     if spec.name == "champ" and path is None:
-        rows = _champ_rows(spec, champ_split, champ_kwargs or {})
+        rows = _embedded_rows("champ", champ_split, champ_kwargs or {})
+    elif spec.name == "ladder" and path is None:
+        rows = _embedded_rows("ladder", ladder_split, ladder_kwargs or {})
     else:
         records = read_records(path) if path is not None else _hub_records(spec)
         if spec.task_field and path is not None:

@@ -335,3 +335,47 @@ def distinct_answer_fraction(answers: Sequence[str | None], num_samples: int) ->
         raise ValueError(f"len(answers)={len(answers)} is not a positive multiple of num_samples={num_samples}")
     groups = [answers[i : i + num_samples] for i in range(0, len(answers), num_samples)]
     return sum(len(set(group)) > 1 for group in groups) / len(groups)
+
+
+def seed_problem_bootstrap_interval(baseline, treated, num_resamples: int = 10_000, confidence: float = 0.95,
+                                    seed: int = 0) -> tuple[float, float, float]:
+    """The difference of two methods' mean scores with a bootstrap interval over training seeds AND problems.
+
+    ``baseline[s, p]`` and ``treated[s, p]`` are per-problem scores (e.g. mean@k) of each method's run with training
+    seed ``s`` on the same problems ``p``. Each draw resamples the problems once (shared: the comparison stays paired
+    by problem) and each method's seeds independently (runs of different methods are not paired), then takes
+    ``mean(treated) - mean(baseline)`` over the drawn seeds and problems (percentile interval). With one problem
+    column it is a bootstrap over seeds only (e.g. a per-run mean entropy). With 3 seeds the seed resampling can draw
+    only 10 distinct multisets per method, so the interval is coarse: read it with the per-seed values.
+
+    Args:
+        baseline: ``[S_a, P]`` (or ``[S_a]``) scores; treated: ``[S_b, P]`` (or ``[S_b]``); ``S >= 1``, same ``P``.
+        num_resamples, confidence, seed: as :func:`paired_bootstrap_interval`.
+
+    Returns:
+        ``(mean difference, low, high)``.
+
+    Raises:
+        ValueError: different problem counts, empty or non-finite scores, ``confidence`` outside (0, 1).
+    """
+    a = np.asarray(baseline, dtype=np.float64)
+    b = np.asarray(treated, dtype=np.float64)
+    a, b = (x.reshape(-1, 1) if x.ndim == 1 else x for x in (a, b))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or a.size == 0 or b.size == 0:
+        raise ValueError(f"need [seeds, problems] scores with the same problems, got shapes {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("scores must be finite")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_int(num_resamples, "num_resamples", 1)
+    rng = np.random.default_rng(seed)
+    num_problems = a.shape[1]
+    draws = np.empty(num_resamples)
+    for i in range(num_resamples):
+        problems = rng.integers(0, num_problems, size=num_problems)
+        sa = rng.integers(0, a.shape[0], size=a.shape[0])
+        sb = rng.integers(0, b.shape[0], size=b.shape[0])
+        draws[i] = b[np.ix_(sb, problems)].mean() - a[np.ix_(sa, problems)].mean()
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return float(b.mean() - a.mean()), float(low), float(high)

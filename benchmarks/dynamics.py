@@ -1,0 +1,225 @@
+"""The papers' training dynamics side by side on the task ladder (issue 23 item 3): GRPO, OGER, OGER without the
+exploration reward (the LUFFY-style baseline), ASE-GRPO, OGER + ASE, and controls, over several seeds.
+
+Run (CPU, offline; long: run it in the background under nice, it resumes):
+``nice -n 10 python benchmarks/dynamics.py [--methods grpo oger ...] [--seeds 0 1 2] [--report-only]``
+
+Every method trains the embedded SmolLM2-135M-Instruct from the same weights with the same data, steps, prompts per
+step, samples per prompt, learning rate, temperature and entropy coefficient (:data:`SETTINGS`); only the method's
+own part differs (:data:`METHODS`). Every trainer carries :class:`~trl_explore.evaluation.probes.DynamicsProbe`, so
+the online-token entropy, failed ratio, answer disagreement and teacher-token probability are measured the same way
+for all; the methods' own metrics (``oger/reward_mean``, ``ase/cluster_share_k``, ...) are logged as well. Held-out
+accuracy (mean@k, pass@k, greedy) and answer diversity are measured at the start (once: every run starts from the
+same policy), after the middle step and at the end, on the ladder's ``--eval-split`` (``test``: held out; settings
+were chosen on ``validation``).
+
+Resumable: each (method, seed) run is a subprocess that writes ``<out>/runs/<method>/seed<k>/result.json`` when it
+ends; a run with that file is skipped. ``--report-only`` (also run after the last run) aggregates every finished run
+into ``<out>/summary.json``, ``<out>/dynamics.md`` (method x metric, mean and spread over seeds, intervals) and the
+plots ``<out>/*.png`` (:mod:`dynamics_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "results" / "dynamics"
+
+SETTINGS = {
+    "levels": ["two_plus_one", "two_digit"],
+    "prompts_per_step": 2,
+    "num_generations": 8,
+    "max_steps": 16,
+    "mid_step": 8,
+    "learning_rate": 1e-5,
+    "entropy_coef": 0.01,
+    "temperature": 1.0,
+    "max_completion_length": 96,
+    "eval_split": "test",
+    "eval_problems": 64,
+    "eval_samples": 4,
+    "eval_temperature": 1.0,
+    "eval_seed": 0,
+}
+"""The shared settings (command-line overrides are recorded in every result). Chosen on the validation split and for
+time: see ``docs/reproduction.md``."""
+
+METHODS = {
+    "grpo": ("GRPO", "grpo", {}),
+    "oger": ("OGER", "oger", {}),
+    "oger_noreward": ("OGER w/o reward (LUFFY-style)", "oger", {"use_exploration_reward": False}),
+    "ase": ("ASE-GRPO", "ase", {}),
+    "oger_ase": ("OGER + ASE", "oger_ase", {}),
+    "oger_batchscale": ("OGER, scale_rewards=batch", "oger", {"scale_rewards": "batch"}),
+    "oger_norefine": ("OGER w/o refinement", "oger", {"entropy_refinement": False}),
+    "ase_random": ("ASE, random directions", "ase", {"bank_control": "random_directions"}),
+}
+"""``name: (label, kind, option overrides)``; kinds: ``grpo`` (the driver with the probe only), ``oger``, ``ase``,
+``oger_ase``."""
+CORE = ("grpo", "oger", "oger_noreward", "ase", "oger_ase")
+CONTROLS = ("oger_batchscale", "oger_norefine", "ase_random")
+
+
+def run_dir(out: pathlib.Path, method: str, seed: int) -> pathlib.Path:
+    return out / "runs" / method / f"seed{seed}"
+
+
+def eval_options(settings: dict):
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+
+    return HeldoutEvalArguments(eval_heldout=True, eval_split=settings["eval_split"], eval_levels=settings["levels"],
+                                eval_problems=settings["eval_problems"], eval_samples=settings["eval_samples"],
+                                eval_temperature=settings["eval_temperature"], eval_seed=settings["eval_seed"])
+
+
+def start_eval(out: pathlib.Path, settings: dict) -> dict:
+    """The initial policy's held-out evaluation (one for every run: the same weights, the same sampling seed)."""
+    from trl_explore.evaluation.heldout import evaluate_heldout
+    from trl_explore.sampling.backends import load_policy
+
+    path = out / "start_eval.json"
+    key = {k: settings[k] for k in settings if k.startswith("eval_") or k in ("levels", "max_completion_length")}
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved["key"] == key:
+            return saved
+    model, tokenizer = load_policy("embedded")
+    o = eval_options(settings)
+    result = evaluate_heldout(model, tokenizer, split=o.eval_split, levels=o.eval_levels, num_problems=o.eval_problems,
+                              num_samples=o.eval_samples, temperature=o.eval_temperature,
+                              max_new_tokens=settings["max_completion_length"], seed=o.eval_seed)
+    saved = {"key": key, "summary": result.summary(), "result": result.to_dict()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(saved, indent=1))
+    return saved
+
+
+def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
+    """The trainer of one run: the method's components and the probe, on the ladder's training split."""
+    from trl_explore.config import ExplorationConfig
+    from trl_explore.data.ladder import ladder_dataset
+    from trl_explore.driver import ExplorationTrainer
+    from trl_explore.evaluation.probes import DynamicsProbe
+
+    _, kind, overrides = METHODS[method]
+    common = dict(
+        output_dir=str(folder / "trainer"), per_device_train_batch_size=settings["prompts_per_step"] *
+        settings["num_generations"], num_generations=settings["num_generations"], max_steps=settings["max_steps"],
+        learning_rate=settings["learning_rate"], entropy_coef=settings["entropy_coef"], beta=0.0,
+        temperature=settings["temperature"], max_completion_length=settings["max_completion_length"], logging_steps=1,
+        save_strategy="no", report_to="none", bf16=False, use_cpu=True, seed=seed, gradient_checkpointing=False,
+        log_completions=False, disable_tqdm=True,
+    )  # fmt: skip
+    components = []
+    if kind == "grpo":
+        args = ExplorationConfig(**common, **overrides)
+    elif kind == "oger":
+        from trl_explore import OGERConfig
+        from trl_explore.oger.component import OGERComponent
+        from trl_explore.oger.options import OGEROptions
+
+        args = OGERConfig(**common, embedding_model="embedded", **overrides)
+        components = [OGERComponent(OGEROptions.from_config(args))]
+    else:
+        from trl_explore.ase.component import ASEComponent
+        from trl_explore.ase.options import ASEOptions
+
+        ase = dict(min_pairs_per_cluster=2)  # 2 prompts x up to 16 pairs a step (the CPU recipes' value)
+        if kind == "ase":
+            from trl_explore import ASEConfig
+
+            args = ASEConfig(**common, **ase, **overrides)
+            components = [ASEComponent(ASEOptions.from_config(args))]
+        else:
+            from trl_explore.oger.component import OGERComponent
+            from trl_explore.oger.options import OGEROptions
+            from trl_explore.oger_ase import OGERASEConfig
+
+            args = OGERASEConfig(**common, **ase, embedding_model="embedded", **overrides)
+            components = [OGERComponent(OGEROptions.from_config(args)), ASEComponent(ASEOptions.from_config(args))]
+    train = ladder_dataset(levels=settings["levels"], max_length=settings["max_completion_length"] - 1)["train"]
+    return ExplorationTrainer("embedded", args=args, train_dataset=train, components=[*components, DynamicsProbe()])
+
+
+def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
+    """Train one (method, seed), with held-out evaluations after the middle step and at the end; write result.json."""
+    from trl_explore.evaluation.heldout import HeldoutEvaluator, heldout_callback
+
+    folder = run_dir(out, method, seed)
+    start = time.perf_counter()
+    trainer = build_trainer(method, seed, settings, folder)
+    evaluator = HeldoutEvaluator(trainer, eval_options(settings))
+    trainer.add_callback(heldout_callback(evaluator, [settings["mid_step"]]))
+    build_seconds = time.perf_counter() - start
+    trainer.train()
+    evaluator("end")
+    heldout = {label: {"summary": r.summary(), "result": r.to_dict()} for label, r in evaluator.results.items()}
+    ase = [c for c in trainer.components if c.name == "ase"]
+    banks = ase[0].bank_diagnostics if ase else None
+    result = {"method": method, "label": METHODS[method][0], "seed": seed, "settings": settings,
+              "log_history": trainer.state.log_history, "heldout": heldout, "bank_diagnostics": banks,
+              "build_seconds": build_seconds, "seconds": time.perf_counter() - start,
+              "load": os.getloadavg()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "result.json").write_text(json.dumps(result, indent=1, default=float))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=list(CORE) + list(CONTROLS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of each run (default: torch's)")
+    parser.add_argument("--report-only", action="store_true", help="aggregate and plot the finished runs only")
+    parser.add_argument("--run-one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "JSON"),
+                        help="override a shared setting, e.g. --set max_steps 12 (recorded in every result)")
+    args = parser.parse_args(argv)
+    settings = dict(SETTINGS)
+    for key, value in args.set:
+        if key not in SETTINGS:
+            parser.error(f"unknown setting {key!r}; settings: {sorted(SETTINGS)}")
+        settings[key] = json.loads(value)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.run_one:
+        run_one(args.run_one[0], int(args.run_one[1]), settings, args.out)
+        return
+    if not args.report_only:
+        start_eval(args.out, settings)
+        # seed-major: every method gets its first seed before any gets its second (an interrupted study stays balanced)
+        for seed in args.seeds:
+            for method in args.methods:
+                if (run_dir(args.out, method, seed) / "result.json").is_file():
+                    continue
+                print(f"[dynamics] {method} seed {seed} ...", flush=True)
+                began = time.perf_counter()
+                cmd = [sys.executable, __file__, "--run-one", method, str(seed), "--out", str(args.out)]
+                cmd += [x for k, v in args.set for x in ("--set", k, v)]
+                cmd += ["--threads", str(args.threads)] if args.threads else []
+                log = run_dir(args.out, method, seed) / "log.txt"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "w") as f:
+                    code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+                print(f"[dynamics] {method} seed {seed}: exit {code} after {time.perf_counter() - began:.0f} s "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from dynamics_report import report
+
+    report(args.out, METHODS)
+
+
+if __name__ == "__main__":
+    main()

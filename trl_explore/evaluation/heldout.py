@@ -1,0 +1,501 @@
+"""Held-out accuracy and answer diversity of a policy, before and after training (issue 23: "see it learn").
+
+:func:`evaluate_heldout` samples ``k`` completions (and one greedy completion) for each of the first ``P`` problems
+of an embedded benchmark's split (default: the ladder's held-out ``test`` split; ``validation`` to choose settings),
+through the evaluation stack (:func:`~trl_explore.evaluation.runner.evaluate_dataset`: the sampling stack's
+:class:`~trl_explore.sampling.hf.TransformersGenerator`, the training reward's grader). It returns a
+:class:`HeldoutResult`: per-problem verdicts and extracted answers, from which mean@k, pass@k, greedy accuracy and
+the two answer-diversity measures are read. :func:`compare_heldout` gives the before/after differences with 95%
+paired bootstrap intervals over problems; :func:`heldout_table` prints them as a short table.
+
+The training scripts run it before and after training when ``eval_heldout`` is set (:class:`HeldoutEvalArguments`,
+wired in :func:`trl_explore.cli.run_training`); :func:`heldout_callback` runs it at chosen steps
+(``benchmarks/dynamics.py``).
+
+What the interval covers: problems are resampled with their ``k`` samples, so the interval reflects which problems
+were drawn and the sampling noise of their completions; it does not cover the training run's own randomness (another
+training seed gives another policy): that needs several runs (``benchmarks/dynamics.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trl_explore.evaluation.metrics import (
+    benchmark_pass_at_k,
+    distinct_answer_fraction,
+    paired_bootstrap_interval,
+    pairwise_answer_disagreement,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class HeldoutEvalArguments:
+    """Options of the held-out evaluation the training scripts run before and after training."""
+
+    section = "Held-out evaluation (trl_explore.evaluation.heldout)"
+
+    eval_heldout: bool = field(
+        default=False,
+        metadata={"help": "Before and after training, print held-out accuracy (mean@k, pass@k, greedy) and answer "
+                  "diversity, with 95% paired bootstrap intervals on the change (the CPU ladder recipes set it)."},
+    )
+    eval_benchmark: str = field(
+        default="ladder", metadata={"help": "Embedded benchmark to evaluate on: 'ladder' or 'champ'."}
+    )
+    eval_split: str = field(
+        default="test",
+        metadata={"help": "Its split: 'test' (held out) for the reported figures; 'validation' (ladder) to choose "
+                  "settings, never 'test'."},
+    )
+    eval_levels: list[str] | None = field(
+        default=None, metadata={"help": "Ladder levels to evaluate on (default: the training levels, ladder_levels)."}
+    )
+    eval_problems: int = field(default=64, metadata={"help": "Number of problems (the split's first N; >= 1)."})
+    eval_samples: int = field(default=4, metadata={"help": "Sampled completions per problem, k (>= 1)."})
+    eval_temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature of the k samples (default 1.0: the training one)."}
+    )
+    eval_greedy: bool = field(default=True, metadata={"help": "Also one greedy completion per problem."})
+    eval_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "New-token budget (default: the training max_completion_length)."}
+    )
+    eval_batch_size: int = field(default=64, metadata={"help": "Completions per generate call."})
+    eval_seed: int = field(default=0, metadata={"help": "Sampling seed (the same before and after training)."})
+    eval_cache: bool = field(
+        default=True,
+        metadata={"help": "Reuse an evaluation of the same weights with the same settings from "
+                  "~/.cache/trl_explore/heldout/ (keyed by a digest of the weights): a second run of a job skips the "
+                  "evaluation of the unchanged initial policy."},
+    )
+
+    def __post_init__(self):
+        for name in ("eval_problems", "eval_samples", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"HeldoutEvalArguments.{name} must be an integer >= 1, got {value!r}")
+        if not self.eval_temperature > 0:
+            raise ValueError(f"HeldoutEvalArguments.eval_temperature must be > 0 (greedy is eval_greedy), got "
+                             f"{self.eval_temperature!r}")
+        if self.eval_benchmark not in ("ladder", "champ"):
+            raise ValueError(f"HeldoutEvalArguments.eval_benchmark must be 'ladder' or 'champ', got "
+                             f"{self.eval_benchmark!r}")
+
+
+@dataclass(frozen=True)
+class HeldoutResult:
+    """One policy's held-out evaluation: per-problem verdicts and answers (problem-major, sample order kept).
+
+    Attributes:
+        benchmark, split: where the problems come from; levels: the ladder levels (None: all / not the ladder).
+        problem_ids: ``P`` problem ids.
+        temperature: of the sampled completions.
+        correct: ``[P][k]`` verdicts of the sampled completions; answers: their extracted answers (None: none found).
+        greedy_correct, greedy_answers: ``[P]`` of the greedy completion (None when not evaluated).
+        mean_num_tokens: mean sampled completion length (tokens); truncated_fraction: share that hit the budget.
+        seconds: wall time of generation and grading; cached: True when read back by :func:`cached_evaluation`.
+    """
+
+    benchmark: str
+    split: str
+    levels: tuple[str, ...] | None
+    problem_ids: tuple[str, ...]
+    temperature: float
+    correct: tuple[tuple[bool, ...], ...]
+    answers: tuple[tuple[str | None, ...], ...]
+    greedy_correct: tuple[bool, ...] | None = None
+    greedy_answers: tuple[str | None, ...] | None = None
+    mean_num_tokens: float = float("nan")
+    truncated_fraction: float = float("nan")
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def num_problems(self) -> int:
+        return len(self.problem_ids)
+
+    @property
+    def num_samples(self) -> int:
+        """k (every problem has the same number of samples)."""
+        return len(self.correct[0])
+
+    def accuracy_per_problem(self) -> np.ndarray:
+        """``[P]`` fraction of correct samples of each problem (its mean@k)."""
+        return np.asarray(self.correct, dtype=np.float64).mean(axis=1)
+
+    @property
+    def mean(self) -> float:
+        """mean@k: the mean over problems of the fraction of correct samples (= pass@1 estimated from k)."""
+        return float(self.accuracy_per_problem().mean())
+
+    def pass_at(self, k: int) -> float:
+        """Unbiased pass@k (``1 <= k <= num_samples``)."""
+        correct = np.asarray(self.correct, dtype=bool)
+        return benchmark_pass_at_k([self.num_samples] * self.num_problems, correct.sum(axis=1).tolist(), k)
+
+    def pass_at_k_curve(self) -> dict[int, float]:
+        """pass@k for every k from 1 to ``num_samples``."""
+        return {k: self.pass_at(k) for k in range(1, self.num_samples + 1)}
+
+    @property
+    def greedy_accuracy(self) -> float | None:
+        return None if self.greedy_correct is None else float(np.mean(self.greedy_correct))
+
+    def _flat_answers(self) -> list[str | None]:
+        return [a for group in self.answers for a in group]
+
+    @property
+    def distinct_answer_fraction(self) -> float:
+        """Share of problems whose k answers are not all the same (no answer counts as an answer of its own)."""
+        return distinct_answer_fraction(self._flat_answers(), self.num_samples)
+
+    @property
+    def answer_disagreement(self) -> float | None:
+        """Pairwise answer disagreement within problems (ASE Fig. 4); None when no pair has two answers."""
+        return pairwise_answer_disagreement(self._flat_answers(), self.num_samples)
+
+    def distinct_per_problem(self) -> np.ndarray:
+        """``[P]`` 1.0 where the k answers are not all the same."""
+        return np.asarray([float(len(set(group)) > 1) for group in self.answers])
+
+    def level_of(self, problem_id: str) -> str:
+        """The ladder level of a problem (``ladder:<level>:...``); the benchmark name otherwise."""
+        parts = problem_id.split(":")
+        return parts[1] if self.benchmark == "ladder" and len(parts) >= 3 else self.benchmark
+
+    def per_level(self) -> dict[str, dict[str, float]]:
+        """``{level: {"problems", "mean", "greedy"}}`` (greedy only when evaluated)."""
+        accuracy = self.accuracy_per_problem()
+        out: dict[str, dict[str, float]] = {}
+        for level in dict.fromkeys(self.level_of(p) for p in self.problem_ids):
+            rows = [i for i, p in enumerate(self.problem_ids) if self.level_of(p) == level]
+            entry = {"problems": len(rows), "mean": float(accuracy[rows].mean())}
+            if self.greedy_correct is not None:
+                entry["greedy"] = float(np.mean([self.greedy_correct[i] for i in rows]))
+            out[level] = entry
+        return out
+
+    def summary(self) -> dict:
+        """The aggregates as a JSON-able dict (mean, pass@k curve, greedy, diversity, lengths, per level)."""
+        return {
+            "benchmark": self.benchmark, "split": self.split,
+            "levels": None if self.levels is None else list(self.levels),
+            "num_problems": self.num_problems, "num_samples": self.num_samples, "temperature": self.temperature,
+            "mean": self.mean, "pass_at_k": {str(k): v for k, v in self.pass_at_k_curve().items()},
+            "greedy_accuracy": self.greedy_accuracy, "distinct_answer_fraction": self.distinct_answer_fraction,
+            "answer_disagreement": self.answer_disagreement, "mean_num_tokens": self.mean_num_tokens,
+            "truncated_fraction": self.truncated_fraction, "per_level": self.per_level(), "seconds": self.seconds,
+        }  # fmt: skip
+
+    def to_dict(self) -> dict:
+        """Everything, JSON-able (:meth:`from_dict` reads it back)."""
+        out = dataclasses.asdict(self)
+        out["levels"] = None if self.levels is None else list(self.levels)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HeldoutResult:
+        def tuples(value):
+            return None if value is None else tuple(tuple(v) if isinstance(v, list) else v for v in value)
+
+        fields = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in fields}
+        for key in ("problem_ids", "correct", "answers", "greedy_correct", "greedy_answers", "levels"):
+            data[key] = tuples(data.get(key))
+        return cls(**data)
+
+
+def heldout_problems(benchmark: str = "ladder", split: str = "test", levels: Sequence[str] | None = None,
+                     num_problems: int = 64):
+    """The first ``num_problems`` rows of ``benchmark``'s ``split`` (``load_benchmark`` rows; the ladder's splits are
+    shuffled, so the first rows mix its levels).
+
+    Raises:
+        ValueError: the split holds fewer problems than asked for (the message gives both numbers).
+    """
+    from trl_explore.evaluation.benchmarks import load_benchmark
+
+    options = {"ladder_split": split, "ladder_kwargs": {"levels": list(levels)} if levels else {}}
+    if benchmark == "champ":
+        options = {"champ_split": split}
+    dataset = load_benchmark(benchmark, **options)
+    if len(dataset) < num_problems:
+        raise ValueError(f"the {benchmark!r} {split!r} split holds {len(dataset)} problems (levels {levels}); "
+                         f"eval_problems={num_problems}: ask for at most {len(dataset)}")
+    return dataset.select(range(num_problems))
+
+
+def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str = "test",
+                     levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
+                     temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
+                     batch_size: int = 64, grader_mode: str = "math_verify",
+                     show_progress: bool = False) -> HeldoutResult:
+    """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
+    ``greedy``, one greedy completion per problem, graded like the training reward.
+
+    Args:
+        model: a causal LM (a ``PreTrainedModel`` or PEFT model; not a DDP wrapper: unwrap it first). It is put in
+            eval mode for the evaluation and back in its mode afterwards.
+        tokenizer: its tokenizer (with a chat template).
+        benchmark, split, levels, num_problems: the problems (:func:`heldout_problems`).
+        num_samples, temperature: k and the temperature of the sampled completions.
+        greedy: also one greedy completion per problem.
+        max_new_tokens: new-token budget per completion.
+        seed: sampling seed (the sampling stack seeds each batch with ``seed + batch index``).
+        batch_size: completions per ``generate`` call.
+        grader_mode: the grader's mode (the training reward's ``grader_mode``).
+        show_progress: progress bars.
+
+    Returns:
+        :class:`HeldoutResult`.
+
+    Cost: ``num_problems * (num_samples + greedy)`` completions of at most ``max_new_tokens`` tokens (SmolLM2-135M on
+    two CPU cores: ~1-2 minutes for 64 x (4 + 1) completions of <= 96 tokens).
+    """
+    from trl_explore.evaluation.runner import evaluate_dataset
+    from trl_explore.sampling.hf import TransformersGenerator
+    from trl_explore.sampling.plan import SamplingPlan
+
+    start = time.perf_counter()
+    dataset = heldout_problems(benchmark, split, levels, num_problems)
+    generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress)
+    plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=1.0, top_k=0,
+                        max_new_tokens=max_new_tokens)
+    was_training = model.training
+    model.eval()
+    try:
+        records, summary = evaluate_dataset(generator, dataset, plan, seed=seed, grader_mode=grader_mode)
+        greedy_records = None
+        if greedy:
+            greedy_plan = SamplingPlan(num_samples=1, temperature=0.0, max_new_tokens=max_new_tokens)
+            greedy_records, _ = evaluate_dataset(generator, dataset, greedy_plan, seed=seed, grader_mode=grader_mode)
+    finally:
+        model.train(was_training)
+    ids = tuple(dataset["problem_id"])
+    by_problem = {pid: [] for pid in ids}
+    for record in sorted(records, key=lambda r: r["sample_index"]):
+        by_problem[record["problem_id"]].append(record)
+    by_id = {r["problem_id"]: r for r in greedy_records} if greedy_records is not None else None
+    return HeldoutResult(
+        benchmark=benchmark, split=split, levels=None if levels is None else tuple(levels), problem_ids=ids,
+        temperature=float(temperature),
+        correct=tuple(tuple(bool(r["correct"]) for r in by_problem[p]) for p in ids),
+        answers=tuple(tuple(r["extracted_answer"] for r in by_problem[p]) for p in ids),
+        greedy_correct=None if by_id is None else tuple(bool(by_id[p]["correct"]) for p in ids),
+        greedy_answers=None if by_id is None else tuple(by_id[p]["extracted_answer"] for p in ids),
+        mean_num_tokens=float(summary["mean_num_tokens"]), truncated_fraction=float(summary["truncated_fraction"]),
+        seconds=round(time.perf_counter() - start, 2),
+    )  # fmt: skip
+
+
+def compare_heldout(before: HeldoutResult, after: HeldoutResult, num_resamples: int = 10_000, seed: int = 0) -> dict:
+    """The change from ``before`` to ``after`` of each per-problem measure, with its 95% paired bootstrap interval
+    (:func:`~trl_explore.evaluation.metrics.paired_bootstrap_interval`, problems resampled).
+
+    Returns:
+        ``{name: (mean difference, low, high)}`` for ``"mean"`` (mean@k), ``"pass"`` (pass@k with k = the smaller
+        number of samples of the two), ``"greedy"`` (when both have it) and ``"distinct"`` (share of problems whose
+        answers are not all equal).
+
+    Raises:
+        ValueError: the two results are not on the same problems in the same order.
+    """
+    if before.problem_ids != after.problem_ids:
+        raise ValueError("compare_heldout needs two evaluations of the same problems in the same order (same "
+                         "benchmark, split, levels and eval_problems)")
+    k = min(before.num_samples, after.num_samples)
+
+    def solved(result: HeldoutResult) -> np.ndarray:  # per-problem unbiased pass@k
+        from trl_explore.evaluation.metrics import pass_at_k_per_problem
+
+        correct = np.asarray(result.correct, dtype=bool)
+        return pass_at_k_per_problem([result.num_samples] * result.num_problems, correct.sum(axis=1).tolist(), k)
+
+    pairs = {"mean": (before.accuracy_per_problem(), after.accuracy_per_problem()), "pass": (solved(before),
+             solved(after)), "distinct": (before.distinct_per_problem(), after.distinct_per_problem())}
+    if before.greedy_correct is not None and after.greedy_correct is not None:
+        pairs["greedy"] = (np.asarray(before.greedy_correct, float), np.asarray(after.greedy_correct, float))
+    return {name: paired_bootstrap_interval(a, b, num_resamples=num_resamples, seed=seed) for name, (a, b) in
+            pairs.items()}
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _change(entry) -> str:
+    diff, low, high = entry
+    return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
+                  comparison: dict | None = None) -> list[str]:
+    """A short before/after table (lines of text): mean@k, pass@k, greedy accuracy, the two diversity measures and
+    the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one."""
+    k = before.num_samples if after is None else min(before.num_samples, after.num_samples)
+    levels = ", ".join(before.levels) if before.levels else "all levels"
+    head = (f"held-out {before.benchmark} {before.split} split: {before.num_problems} problems ({levels}), "
+            f"k = {k} samples at T = {before.temperature:g}" + (" + 1 greedy" if before.greedy_correct else ""))
+    rows = [
+        (f"mean@{k} (sampled accuracy)", lambda r: r.mean, "mean"),
+        (f"pass@{k}", lambda r: r.pass_at(k), "pass"),
+        ("greedy accuracy", lambda r: r.greedy_accuracy, "greedy"),
+        (f"problems whose {k} answers differ", lambda r: r.distinct_answer_fraction, "distinct"),
+        ("pairwise answer disagreement", lambda r: r.answer_disagreement, None),
+        ("mean completion tokens", lambda r: r.mean_num_tokens, None),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    lines = [head, f"{'':<{width}}  {'before':>7}  {'after':>7}  change [95% paired bootstrap interval]"]
+    for name, read, key in rows:
+        if name == "greedy accuracy" and before.greedy_correct is None:
+            continue
+        a = read(before)
+        b = None if after is None else read(after)
+        change = _change(comparison[key]) if comparison and key in comparison else (
+            f"{b - a:+.3f}" if a is not None and b is not None else "")
+        if name == "mean completion tokens":
+            lines.append(f"{name:<{width}}  {a:>7.1f}  {'' if b is None else f'{b:.1f}':>7}  {change}")
+        else:
+            lines.append(f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}")
+    return lines
+
+
+def weights_digest(model) -> str:
+    """SHA-256 (16 hex digits) of a model's parameters and buffers: names, dtypes, shapes and bytes (SmolLM2-135M:
+    ~1 s on a CPU). Two models with this digest compute the same functions."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted({**dict(model.named_parameters()), **dict(model.named_buffers())}.items()):
+        data = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()[:16]
+
+
+def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> HeldoutResult:
+    """``evaluate()``, or its stored result for the same weights (:func:`weights_digest`), settings ``key``, torch
+    thread count and library versions (the samples depend on all of them) from
+    ``trl_explore.defaults.cache_dir() / "heldout"``; a fresh result is stored there. ``cache=False``: evaluate."""
+    import hashlib
+    import json
+
+    if not cache:
+        return evaluate()
+    import torch
+    import transformers
+
+    from trl_explore.defaults import cache_dir
+
+    full = {**key, "weights": weights_digest(model), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+    name = hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_dir() / "heldout" / f"{name}.json"
+    if path.is_file():
+        try:
+            result = HeldoutResult.from_dict(json.loads(path.read_text())["result"])
+            logger.info("held-out evaluation read back from %s", path)
+            return dataclasses.replace(result, cached=True)
+        except (ValueError, KeyError, TypeError):  # a damaged file: evaluate again
+            pass
+    result = evaluate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": full, "result": result.to_dict()}))
+    tmp.replace(path)
+    return result
+
+
+class HeldoutEvaluator:
+    """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`.
+
+    Args:
+        trainer: a ``GRPOTrainer`` (its model, tokenizer, ``max_completion_length`` and ``grader_mode``).
+        options: the :class:`HeldoutEvalArguments`.
+        levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
+
+    Runs on the main process only (the others wait); returns None elsewhere. A model sharded across processes
+    (DeepSpeed ZeRO-3, FSDP) is not evaluated: a warning names the option.
+    """
+
+    def __init__(self, trainer, options: HeldoutEvalArguments, levels: Sequence[str] | None = None):
+        self.trainer = trainer
+        self.options = options
+        self.levels = options.eval_levels if options.eval_levels is not None else levels
+        self.results: dict[str, HeldoutResult] = {}
+        self._warned = False
+
+    def sharded(self) -> bool:
+        t = self.trainer
+        if getattr(t, "is_fsdp_enabled", False):
+            return True
+        plugin = getattr(t.accelerator.state, "deepspeed_plugin", None)
+        return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
+
+    def __call__(self, label: str) -> HeldoutResult | None:
+        """Evaluate now; the result is kept as ``results[label]`` (main process)."""
+        t, o = self.trainer, self.options
+        if self.sharded():
+            if t.accelerator.is_main_process and not self._warned:
+                self._warned = True
+                logger.warning("eval_heldout: the model is sharded across processes (ZeRO-3 / FSDP); the held-out "
+                               "evaluation is skipped (evaluate the saved model with examples/evaluate.py)")
+            return None
+        result = None
+        if t.accelerator.is_main_process:
+            model = t.accelerator.unwrap_model(t.model)
+            settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
+                            num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
+                            greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
+                            seed=o.eval_seed, batch_size=o.eval_batch_size,
+                            grader_mode=getattr(t.args, "grader_mode", "math_verify"))
+            rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems)
+            text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
+            problems = hashlib.sha256(text.encode()).hexdigest()[:16]
+            result = cached_evaluation(model, {**settings, "problems": problems},
+                                       lambda: evaluate_heldout(model, t.processing_class, **settings),
+                                       cache=o.eval_cache)
+            self.results[label] = result
+        t.accelerator.wait_for_everyone()
+        return result
+
+
+def heldout_callback(evaluator: HeldoutEvaluator, steps: Iterable[int]):
+    """A ``TrainerCallback`` that runs ``evaluator`` after each optimizer step in ``steps`` (label ``"step <n>"``)."""
+    from transformers import TrainerCallback
+
+    wanted = {int(s) for s in steps}
+
+    class HeldoutEvalCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step in wanted:
+                evaluator(f"step {state.global_step}")
+
+    return HeldoutEvalCallback()
+
+
+HELDOUT_JSON = "heldout_eval.json"
+"""File of :func:`save_heldout` in a run's output folder."""
+
+
+def save_heldout(output_dir, results: dict[str, HeldoutResult]) -> None:
+    """Write ``{label: {"summary", "result"}}`` to ``<output_dir>/heldout_eval.json`` (main process)."""
+    import pathlib
+
+    path = pathlib.Path(output_dir) / HELDOUT_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {label: {"summary": r.summary(), "result": r.to_dict()} for label, r in results.items()
+               if isinstance(r, HeldoutResult)}
+    path.write_text(json.dumps(payload, indent=1))
