@@ -391,9 +391,11 @@ def test_train_oger_script_loads_the_ladder_recipe_training_rows():
     import importlib.util
     import pathlib
 
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
     from trl_explore import OGERConfig
+    from trl_explore.cli import parse_args
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     root = pathlib.Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("train_oger", root / "examples" / "train_oger.py")
@@ -401,9 +403,8 @@ def test_train_oger_script_loads_the_ladder_recipe_training_rows():
     sys.modules["train_oger"] = script  # dataclasses look their module up there
     spec.loader.exec_module(script)
     recipe = root / "recipes" / "oger_smollm2_ladder_cpu.yaml"
-    script_args, training_args, _ = TrlParser((script.ScriptArguments, OGERConfig, ModelConfig)).parse_args_and_config(
-        args=["--config", str(recipe)]
-    )
+    script_args, _, training_args, _ = parse_args((script.ScriptArguments, HeldoutEvalArguments, OGERConfig,
+                                                   ModelConfig), recipe, ["--config", str(recipe)])
     from trl_explore.data.training_data import load_training_data
 
     rows = load_training_data(script_args, training_args.max_completion_length)
