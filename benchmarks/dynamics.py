@@ -36,20 +36,22 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "results" / "dynamics"
 
 SETTINGS = {
-    "levels": ["two_plus_one", "two_digit"],
+    "levels": ["one_digit", "two_digit"],
     "prompts_per_step": 2,
     "num_generations": 8,
-    "max_steps": 16,
-    "mid_step": 8,
+    "max_steps": 8,
+    "mid_step": 4,
     "learning_rate": 1e-5,
     "entropy_coef": 0.01,
     "temperature": 1.0,
     "max_completion_length": 96,
     "eval_split": "test",
-    "eval_problems": 64,
+    "eval_problems": 32,
     "eval_samples": 4,
     "eval_temperature": 1.0,
+    "eval_max_new_tokens": 64,
     "eval_seed": 0,
+    "eval_batch_size": 32,
 }
 """The shared settings (command-line overrides are recorded in every result). Chosen on the validation split and for
 time: see ``docs/reproduction.md``."""
@@ -79,7 +81,9 @@ def eval_options(settings: dict):
 
     return HeldoutEvalArguments(eval_heldout=True, eval_split=settings["eval_split"], eval_levels=settings["levels"],
                                 eval_problems=settings["eval_problems"], eval_samples=settings["eval_samples"],
-                                eval_temperature=settings["eval_temperature"], eval_seed=settings["eval_seed"])
+                                eval_temperature=settings["eval_temperature"], eval_seed=settings["eval_seed"],
+                                eval_max_new_tokens=settings["eval_max_new_tokens"],
+                                eval_batch_size=settings["eval_batch_size"])
 
 
 def start_eval(out: pathlib.Path, settings: dict) -> dict:
@@ -97,7 +101,7 @@ def start_eval(out: pathlib.Path, settings: dict) -> dict:
     o = eval_options(settings)
     result = evaluate_heldout(model, tokenizer, split=o.eval_split, levels=o.eval_levels, num_problems=o.eval_problems,
                               num_samples=o.eval_samples, temperature=o.eval_temperature,
-                              max_new_tokens=settings["max_completion_length"], seed=o.eval_seed)
+                              max_new_tokens=o.eval_max_new_tokens, seed=o.eval_seed, batch_size=o.eval_batch_size)
     saved = {"key": key, "summary": result.summary(), "result": result.to_dict()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(saved, indent=1))
@@ -180,6 +184,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
     parser.add_argument("--threads", type=int, default=None, help="torch threads of each run (default: torch's)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="runs at once (on a 2-core machine: 2 workers with --threads 1)")
     parser.add_argument("--report-only", action="store_true", help="aggregate and plot the finished runs only")
     parser.add_argument("--run-one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "JSON"),
@@ -200,21 +206,28 @@ def main(argv=None) -> None:
     if not args.report_only:
         start_eval(args.out, settings)
         # seed-major: every method gets its first seed before any gets its second (an interrupted study stays balanced)
-        for seed in args.seeds:
-            for method in args.methods:
-                if (run_dir(args.out, method, seed) / "result.json").is_file():
-                    continue
+        todo = [(m, seed) for seed in args.seeds for m in args.methods
+                if not (run_dir(args.out, m, seed) / "result.json").is_file()]
+        running: list[tuple[str, int, subprocess.Popen, float, object]] = []
+        while todo or running:
+            while todo and len(running) < args.workers:
+                method, seed = todo.pop(0)
                 print(f"[dynamics] {method} seed {seed} ...", flush=True)
-                began = time.perf_counter()
                 cmd = [sys.executable, __file__, "--run-one", method, str(seed), "--out", str(args.out)]
                 cmd += [x for k, v in args.set for x in ("--set", k, v)]
                 cmd += ["--threads", str(args.threads)] if args.threads else []
                 log = run_dir(args.out, method, seed) / "log.txt"
                 log.parent.mkdir(parents=True, exist_ok=True)
-                with open(log, "w") as f:
-                    code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-                print(f"[dynamics] {method} seed {seed}: exit {code} after {time.perf_counter() - began:.0f} s "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                f = open(log, "w")  # closed when the run ends
+                running.append((method, seed, subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT),
+                                time.perf_counter(), f))
+            time.sleep(2)
+            for entry in [e for e in running if e[2].poll() is not None]:
+                method, seed, proc, began, f = entry
+                f.close()
+                running.remove(entry)
+                print(f"[dynamics] {method} seed {seed}: exit {proc.returncode} after "
+                      f"{time.perf_counter() - began:.0f} s (load {os.getloadavg()[0]:.1f})", flush=True)
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from dynamics_report import report
 

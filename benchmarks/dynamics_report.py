@@ -173,10 +173,13 @@ def report(out: pathlib.Path, methods: dict) -> dict:
              f"{runs[0]['settings']['mid_step']}, \"end\" after the last step.", ""]
     if start:
         s = start["summary"]
-        lines += [f"Start (the initial policy, every run): mean@{k} {s['mean']:.3f}, pass@{k} "
-                  f"{s['pass_at_k'][str(k)]:.3f}, greedy {s['greedy_accuracy']:.3f}, distinct "
-                  f"{s['distinct_answer_fraction']:.3f}, disagreement {s['answer_disagreement']:.3f}, "
-                  f"tokens {s['mean_num_tokens']:.1f}.", ""]
+        def num(x, fmt=".3f"):  # None: no answer was extracted from any sample (a tiny test policy)
+            return "n/a" if x is None else format(x, fmt)
+
+        lines += [f"Start (the initial policy, every run): mean@{k} {num(s['mean'])}, pass@{k} "
+                  f"{num(s['pass_at_k'][str(k)])}, greedy {num(s['greedy_accuracy'])}, distinct "
+                  f"{num(s['distinct_answer_fraction'])}, disagreement {num(s['answer_disagreement'])}, "
+                  f"tokens {num(s['mean_num_tokens'], '.1f')}.", ""]
     lines += ["| metric | " + " | ".join(f"{methods[m][0]} (n={len(by_method[m])})" for m in order) + " |",
               "|---|" + "---|" * len(order)]
     for key in TABLE_KEYS:
