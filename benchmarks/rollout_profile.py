@@ -80,8 +80,8 @@ def main():
                    help="output path without suffix (.json and .md are written)")
     a = p.parse_args()
 
-    from trl_explore.ase.steering import ActivationSteeringGenerator
     from trl_explore.ase.recording import SampledTokenLogProbs as _SampledTokenLogProbs
+    from trl_explore.ase.steering import ActivationSteeringGenerator
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -13,9 +13,9 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.ase.bank import SteeringVectorBank
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 
 NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt
 

@@ -312,9 +312,8 @@ def test_grading_and_aggregation_on_scripted_completions(tmp_path):
 
 
 def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
-    from trl_explore.testing import make_tiny_causal_lm
-
     from trl_explore.rewards.math_verify_reward import verify_answer
+    from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
     records, summary = runner.evaluate(

@@ -4,12 +4,12 @@ import math
 
 import pytest
 import torch
-
-from trl_explore.testing import make_tiny_causal_lm
 from test_oger_trainer import _config as oger_config
 from test_oger_trainer import _dataset as oger_dataset
+
 from trl_explore import ASEConfig, OGERTrainer
 from trl_explore.rewards.checks import check_finite_rewards, non_binary_values, not_scored_counts
+from trl_explore.testing import make_tiny_causal_lm
 
 
 @pytest.mark.parametrize("empty", ["", "   \n"])

@@ -8,10 +8,6 @@ import types
 import pytest
 import transformers.trainer
 import yaml
-from trl import GRPOConfig
-
-import trl_explore
-from trl_explore.testing import make_tiny_causal_lm
 from test_ase_trainer import _config as ase_config
 from test_ase_trainer import _dataset as ase_dataset
 from test_ase_trainer import parity_reward
@@ -19,9 +15,21 @@ from test_oger_ase import _config as oger_ase_config
 from test_oger_ase import _dataset as oger_ase_dataset
 from test_oger_trainer import _config as oger_config
 from test_oger_trainer import _dataset as oger_dataset
+from trl import GRPOConfig
+
+import trl_explore
 from trl_explore import ASEGRPOTrainer, ExplorationTrainer, OGERASETrainer, OGERTrainer
-from trl_explore.hub import (EMBEDDED_POLICY_HUB_ID, HubAccessError, MethodCard, check_hub_access,
-                             describe_base_model, describe_dataset, embedded_policy_version, hub_base_model)
+from trl_explore.hub import (
+    EMBEDDED_POLICY_HUB_ID,
+    HubAccessError,
+    MethodCard,
+    check_hub_access,
+    describe_base_model,
+    describe_dataset,
+    embedded_policy_version,
+    hub_base_model,
+)
+from trl_explore.testing import make_tiny_causal_lm
 
 OGER_LINK = ("[OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning]"
              "(https://arxiv.org/abs/2604.18530)")

@@ -14,7 +14,13 @@ import pytest
 from trl_explore.data.champ_answers import gold_alternatives, strip_note, unwrap_phrase
 
 CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
-from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
+from trl_explore.rewards.ascii_math import (
+    ascii_answer_to_latex,
+    ascii_to_latex,
+    looks_like_latex,
+    nesting_depth,
+    yes_no_word,
+)
 from trl_explore.rewards.grading import read_gold
 from trl_explore.rewards.math_verify_reward import (
     GoldAnswerError,

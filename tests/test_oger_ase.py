@@ -14,11 +14,11 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.ase import component as ase_component
 from trl_explore.oger import component as oger_component
 from trl_explore.oger.entropy import entropy_from_logits
+from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 
 NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt, one of the 6 replaced by a teacher
 TEACHERS = {

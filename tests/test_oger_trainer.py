@@ -7,11 +7,11 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.oger import component as oger_trainer_module
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, entropy_from_logits
+from trl_explore.testing import make_tiny_causal_lm
 
 TEACHER_A = "We add the numbers: 2 + 2 = 4. The answer is \\boxed{4}."
 TEACHER_B = "Two plus two equals four, so the result is \\boxed{4}."

@@ -3,15 +3,15 @@
 import pytest
 import torch
 from peft import LoraConfig
-from transformers import TrainerCallback
-
-from trl_explore.testing import make_tiny_causal_lm
 from test_ase_trainer import _config as ase_config
 from test_ase_trainer import _dataset as ase_dataset
 from test_ase_trainer import parity_reward
 from test_oger_trainer import _config as oger_config
 from test_oger_trainer import _dataset as oger_dataset
+from transformers import TrainerCallback
+
 from trl_explore import ASEGRPOTrainer, OGERTrainer
+from trl_explore.testing import make_tiny_causal_lm
 
 
 def _lora():

@@ -7,8 +7,8 @@ import math
 import pathlib
 
 import pytest
-
 from test_evaluation import _summary
+
 from trl_explore.data.stats import plot_length_distribution
 from trl_explore.evaluation import plots, runner
 

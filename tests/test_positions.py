@@ -9,7 +9,6 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GPT2Config
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore.ase.recording import BlockReadouts
 from trl_explore.ase.steering import ActivationSteeringGenerator
 from trl_explore.driver import ExplorationTrainer
@@ -19,6 +18,7 @@ from trl_explore.positions import (
     mask_positions,
     positions_from_mask,
 )
+from trl_explore.testing import make_tiny_causal_lm
 
 SHORT, LONG, COMPLETION = [11, 12, 13], [21, 22, 23, 24, 25, 26, 27], [31, 32, 33, 34]  # prompts of 3 and 7 tokens
 

@@ -4,13 +4,12 @@ filter of known third-party warnings."""
 import warnings
 
 import pytest
+from conftest import make_tiny_causal_lm
+from test_ase_trainer import _dataset, parity_reward
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig
 
-from conftest import make_tiny_causal_lm
-from test_ase_trainer import _dataset, parity_reward
-from trl_explore import ExplorationTrainer
-from trl_explore import reporting
+from trl_explore import ExplorationTrainer, reporting
 from trl_explore.reporting import CompactLogCallback, compact_log_line, format_number, use_compact_logs
 
 # a training log as TRL 1.16 hands it to the callbacks (from `accelerate launch examples/train_oger.py --max_steps 1`)

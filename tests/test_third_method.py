@@ -18,8 +18,16 @@ import torch
 from datasets import Dataset
 from trl import GRPOTrainer, TrlParser
 
-from trl_explore import (ASEComponent, ASEOptions, ComponentOptions, ExplorationConfig, ExplorationTrainer,
-                         OGERComponent, OGEROptions, OGERRewardFunction)
+from trl_explore import (
+    ASEComponent,
+    ASEOptions,
+    ComponentOptions,
+    ExplorationConfig,
+    ExplorationTrainer,
+    OGERComponent,
+    OGEROptions,
+    OGERRewardFunction,
+)
 from trl_explore.components import Component, Needs
 from trl_explore.oger.entropy import entropy_from_logits
 from trl_explore.testing import parity_reward

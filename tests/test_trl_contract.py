@@ -6,9 +6,9 @@ import pytest
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import trl_contract
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.testing import make_tiny_causal_lm
 
 
 def test_installed_trl_matches_the_contract():

@@ -22,12 +22,12 @@ else:
 from datasets import Dataset  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from trl_explore.ase.steering.vllm import (  # noqa: E402
     ROUTE_KEY,
     VLLMActivationSteeringGenerator,
     steerable_vllm,
 )
+from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 
 HIDDEN = 256  # 4 heads of 64: a head size vLLM's CPU attention supports
 PROMPTS = [[1, 20 + i, 30, 40, 50] for i in range(4)]

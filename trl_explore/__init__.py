@@ -12,8 +12,9 @@ The public names below are imported lazily, so ``import trl_explore`` pulls in n
 sentence-transformers (nor TRL) until a name that needs them is used.
 """
 
-from trl_explore.lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from trl_explore.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -53,9 +54,9 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only
     from trl_explore.ase.trainer import ASEGRPOTrainer
     from trl_explore.components import Component
     from trl_explore.data.builder import OfflineDatasetBuilder, build_offline_dataset
-    from trl_explore.oger.config import OGERConfig
     from trl_explore.driver import ExplorationTrainer
+    from trl_explore.oger.config import OGERConfig
+    from trl_explore.oger.reward import OGERRewardFunction
     from trl_explore.oger.trainer import OGERTrainer
     from trl_explore.oger_ase import OGERASEConfig, OGERASETrainer
     from trl_explore.rewards.math_verify_reward import MathVerifyReward, extract_answer, math_reward, verify_answer
-    from trl_explore.oger.reward import OGERRewardFunction

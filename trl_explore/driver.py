@@ -25,8 +25,16 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_explore.components import Forward, ForwardCall, ForwardResult, LossCall, Rollout, SamplingCall, ScoredBatch
-from trl_explore.components import TrainerPlan
+from trl_explore.components import (
+    Forward,
+    ForwardCall,
+    ForwardResult,
+    LossCall,
+    Rollout,
+    SamplingCall,
+    ScoredBatch,
+    TrainerPlan,
+)
 from trl_explore.config import ExplorationConfig, default_verifier
 from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
 from trl_explore.distributed import check_launch
@@ -34,11 +42,9 @@ from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported, mask_positions
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions
-from trl_explore.rewards.checks import not_scored_counts
+from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions, not_scored_counts
 from trl_explore.rows import check_datasets, check_prompt_rows
-from trl_explore.sampler_settings import effective_sampler
-from trl_explore.sampler_settings import trl_temperature_note
+from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 

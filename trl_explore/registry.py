@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-
 _NAME = object()  # register(name) without an entry: the entry is the name
 
 

@@ -29,8 +29,16 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from trl_explore.checkpoints import (RECORD_NAME, compare_run_records, describe_torn, inspect_checkpoint, inspect_run,
-                                     list_files, run_record, write_record)
+from trl_explore.checkpoints import (
+    RECORD_NAME,
+    compare_run_records,
+    describe_torn,
+    inspect_checkpoint,
+    inspect_run,
+    list_files,
+    run_record,
+    write_record,
+)
 
 logger = logging.getLogger(__name__)
 

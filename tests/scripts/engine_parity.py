@@ -48,9 +48,8 @@ def launch_command(engine: str, out: Path, port: int) -> tuple[list[str], dict]:
 
 
 def _grpo():
-    from trl import GRPOConfig, GRPOTrainer
-
     from test_ase_trainer import _dataset, parity_reward
+    from trl import GRPOConfig, GRPOTrainer
 
     return GRPOTrainer, GRPOConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
@@ -155,8 +154,8 @@ def main(engine: str, out: Path, trainer_names: list[str]) -> None:
     """Train each trainer in turn in this process (one launch per engine: start-up dominates a launch)."""
     from transformers import AutoTokenizer
 
-    from trl_explore.testing import make_tiny_causal_lm
     from trl_explore.defaults import default_policy_path
+    from trl_explore.testing import make_tiny_causal_lm
 
     tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
     # every model before the first config: once a ZeRO-3 config exists, transformers builds models through

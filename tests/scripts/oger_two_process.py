@@ -10,7 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from test_oger_trainer import _dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -18,6 +17,7 @@ from trl_explore import OGERConfig, OGERTrainer  # noqa: E402
 from trl_explore.defaults import default_policy_path  # noqa: E402
 from trl_explore.oger import component as oger_trainer_module  # noqa: E402
 from trl_explore.oger import trainer as oger_trainer  # noqa: E402
+from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())

@@ -10,13 +10,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from trl_explore.testing import parity_reward  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from trl_explore import ASEConfig, ASEGRPOTrainer  # noqa: E402
 from trl_explore.defaults import default_policy_path  # noqa: E402
+from trl_explore.testing import make_tiny_causal_lm, parity_reward  # noqa: E402
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())

@@ -4,8 +4,9 @@ The four public names are imported on first use, so ``import trl_explore.ase.ban
 ``importance``, ``steering``) stays light: TRL is imported only with ``ASEConfig`` / ``ASEGRPOTrainer``.
 """
 
-from trl_explore.lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from trl_explore.lazy import lazy_exports
 
 _LAZY = {
     "ASEComponent": "trl_explore.ase.component",

