@@ -28,6 +28,7 @@ its baseline. Results: ``benchmarks/results/vllm_rollout_cpu.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import multiprocessing
@@ -149,16 +150,16 @@ def main() -> None:
         steerer = VLLMActivationSteeringGenerator(llm, layer=0, alpha=args.alpha)
         per_route = VLLMActivationSteeringGenerator(llm, layer=0, alpha=args.alpha, per_request_routes=False)
 
-        def run_vllm():
+        def run_vllm(llm=llm):  # this mode's engine, bound now
             llm.generate(vllm_prompts, params, use_tqdm=False)
 
-        def run_steered(gen=steerer):
+        def run_steered(gen=steerer, llm=llm):
             with gen.steering(routes, vectors):
                 llm.generate(vllm_prompts, params, use_tqdm=False)
             # every forward pass was steered (compiled graphs may count a pass more than once: replayed mutation)
             assert gen.forward_calls != 0 and gen.hook_calls >= (gen.forward_calls or 1), (gen.hook_calls, gen.forward_calls)
 
-        variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": lambda: run_steered(per_route)}
+        variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": functools.partial(run_steered, per_route)}
         if args.skip_per_route:
             del variants["vllm_per_route"]
         if mode == args.modes.split(",")[0] and not args.skip_hf:

@@ -70,7 +70,7 @@ def test_grader_classes_against_math_verify(gold, completion, expected, referenc
 def test_each_guard_switches_off_alone(guard):
     cases = [c for c in CLASS_CASES if c[4] == guard]
     others = GraderOptions(guards=frozenset(GUARDS) - {guard})
-    for gold, completion, expected, reference, _ in cases:
+    for gold, completion, _, reference, _ in cases:
         assert grade(completion, gold) is False
         assert grade(completion, gold, others) is reference  # Math-Verify's verdict comes back
     if guard == "chained_equality":
@@ -84,7 +84,7 @@ def test_each_guard_switches_off_alone(guard):
 
 def test_recall_switches_off():
     no_recall = GraderOptions(recall=False)
-    for gold, completion, expected, reference, why in CLASS_CASES:
+    for gold, completion, _, _, why in CLASS_CASES:
         if why == "recall":
             assert grade(completion, gold, no_recall) is False
 

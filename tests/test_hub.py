@@ -1,6 +1,7 @@
 """Hub model cards of every trainer (methods, papers, base model, data, version, hyperparameters) and the early
 check of Hub access for push_to_hub; push_to_hub with the network calls patched out."""
 
+import dataclasses
 import importlib.metadata
 import re
 import types
@@ -225,7 +226,7 @@ def test_method_card_is_frozen_and_skips_fields_the_config_lacks():
     from trl_explore.hub import hyperparameter_rows
 
     card = MethodCard("M", "T", "", "@misc{m}", ("alpha", "missing", "mode", "name"))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         card.name = "other"
     args = types.SimpleNamespace(alpha=0.123456, mode=None, name="x")
     assert hyperparameter_rows(card, args) == [("alpha", "`0.1235`"), ("mode", "`None`"), ("name", "`x`")]

@@ -41,36 +41,39 @@ def _resolve(name: str, modules) -> str | None:
     return name or None
 
 
+def _edges(name: str, path: pathlib.Path, modules) -> set[tuple[str, int]]:
+    """``{(imported trl_explore module, line)}`` of one module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges = set()
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            targets = []
+            if isinstance(child, ast.Import):
+                targets = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join(parts + ([child.module] if child.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in child.names]
+            for target in targets:
+                resolved = _resolve(target, modules) if target.startswith("trl_explore") else None
+                if resolved is not None and resolved != name:
+                    edges.add((resolved, child.lineno))
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return edges
+
+
 def import_graph() -> dict[str, set[tuple[str, int]]]:
     """``{module: {(imported trl_explore module, line)}}`` over every module of the package."""
-    modules, graph = _modules(), {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges = set()
-
-        def visit(node):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    continue
-                targets = []
-                if isinstance(child, ast.Import):
-                    targets = [alias.name for alias in child.names]
-                elif isinstance(child, ast.ImportFrom):
-                    base = child.module or ""
-                    if child.level:
-                        parts = package.split(".")[: len(package.split(".")) - child.level + 1]
-                        base = ".".join(parts + ([child.module] if child.module else []))
-                    targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                               for alias in child.names]
-                for target in targets:
-                    resolved = _resolve(target, modules) if target.startswith("trl_explore") else None
-                    if resolved is not None and resolved != name:
-                        edges.add((resolved, child.lineno))
-                visit(child)
-
-        visit(ast.parse(path.read_text()))
-        graph[name] = edges
-    return graph
+    modules = _modules()
+    return {name: _edges(name, path, modules) for name, path in modules.items()}
 
 
 def _in(module: str, packages) -> bool:

@@ -12,8 +12,6 @@ import time
 import pytest
 
 from trl_explore.data.champ_answers import gold_alternatives, strip_note, unwrap_phrase
-
-CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
 from trl_explore.rewards.ascii_math import (
     ascii_answer_to_latex,
     ascii_to_latex,
@@ -32,6 +30,8 @@ from trl_explore.rewards.math_verify_reward import (
     parse_gold,
     verify_answer,
 )
+
+CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
 
 
 def own_forms(gold):

@@ -90,7 +90,7 @@ def test_known_warnings_are_filtered_by_message_only(monkeypatch):
             ("`max_length` is deprecated and will be removed in v6", FutureWarning),  # another: still shown
             ("'pin_memory' argument is set as true but no accelerator is found", FutureWarning),  # other category
         ]:
-            warnings.warn(text, category)
+            warnings.warn(text, category, stacklevel=1)
     shown = [str(w.message) for w in caught]
     assert shown == ["`max_length` is deprecated and will be removed in v6",
                      "'pin_memory' argument is set as true but no accelerator is found"]

@@ -300,7 +300,8 @@ def test_lora_colocate_gives_the_engine_merged_weights_at_every_step(tmp_path, t
     )
     syncs = []
     sync = trainer.vllm_generation.sync_weights
-    trainer.vllm_generation.sync_weights = lambda: (syncs.append(trainer.state.global_step), sync())[1]
+    # F821 is wrong here: ruff reads the lambda at the `del trainer` below; it runs inside train(), while trainer exists
+    trainer.vllm_generation.sync_weights = lambda: (syncs.append(trainer.state.global_step), sync())[1]  # noqa: F821
     trainer.train()
     assert syncs == [0, 1]  # before each of the 2 generations
     llm, policy = trainer.vllm_generation.llm, trainer.model

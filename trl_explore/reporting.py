@@ -20,7 +20,6 @@ import pathlib
 import warnings
 from collections.abc import Mapping, Sequence
 
-from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 KNOWN_WARNINGS = (

@@ -474,7 +474,7 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
 
 def _with_method(label: str, method: str) -> str:
     """``label`` with the run's method appended, unless the label already names it (``"oger-run (OGER)"``)."""
-    words = [w for w in method.lower().replace("-grpo", "").split(" + ")]
+    words = method.lower().replace("-grpo", "").split(" + ")
     return label if all(w in label.lower() for w in words) else f"{label} ({method})"
 
 
