@@ -1,9 +1,9 @@
 """Where ASE-GRPO's rollout time goes, next to a plain GRPO rollout (CPU).
 
 Run (package installed; CPU only, offline):
-``python benchmarks/rollout_profile.py [--model embedded|tiny] [--repeats 5] [--out benchmarks/results/rollout_profile_cpu]``
-(about 4-5 minutes on 2 CPU cores with SmolLM2-135M-Instruct, 16 rollouts of 48 tokens as in ``overhead.py``;
-a minute with ``--model tiny``).
+``python benchmarks/rollout_profile.py [--model embedded|tiny] [--repeats 5]
+[--out benchmarks/results/rollout_profile_cpu]`` (about 4-5 minutes on 2 CPU cores with SmolLM2-135M-Instruct,
+16 rollouts of 48 tokens as in ``overhead.py``; a minute with ``--model tiny``).
 
 One rollout is one call of the trainer's ``_generate_single_turn`` (TRL's HF ``generate`` path, which is what
 ``transformers.generate`` times in ``overhead.py``) on the same prompts. Four variants run interleaved,

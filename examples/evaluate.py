@@ -55,10 +55,14 @@ class EvalArguments:
     )
     protocol: str = field(default="demo", metadata={"help": "oger (App. A.2), ase (Tables 1-3) or demo (CPU, k=8)."})
     num_samples: int | None = field(default=None, metadata={"help": "Samples per problem (overrides the protocol)."})
-    temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (overrides the protocol)."})
+    temperature: float | None = field(
+        default=None, metadata={"help": "Sampling temperature (overrides the protocol)."}
+    )
     top_p: float | None = field(default=None, metadata={"help": "Top-p (overrides the protocol)."})
     top_k: int | None = field(default=None, metadata={"help": "Top-k, 0 = off (overrides the protocol)."})
-    max_new_tokens: int | None = field(default=None, metadata={"help": "Completion token cap (overrides the protocol)."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Completion token cap (overrides the protocol)."}
+    )
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems of each benchmark."})
     backend: str = field(default="auto", metadata={"help": "auto (vLLM when installed), vllm or transformers."})
     batch_size: int = field(default=32, metadata={"help": "Rows per generate call (transformers backend)."})
@@ -72,8 +76,8 @@ class EvalArguments:
     output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
     resume: bool = field(
         default=False,
-        metadata={"help": "Continue a killed run: reuse the batches it finished (kept in <output_dir>/partial/ until the "
-                  "run completes; transformers backend). Without it, a new run starts from scratch."},
+        metadata={"help": "Continue a killed run: reuse the batches it finished (kept in <output_dir>/partial/ "
+                  "until the run completes; transformers backend). Without it, a new run starts from scratch."},
     )
     label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
     baseline_dir: str | None = field(
@@ -84,7 +88,8 @@ class EvalArguments:
     )
     sweep_k: int = field(default=8, metadata={"help": "k of the pass@k reported by the temperature sweep."})
     steering_bank: str | None = field(
-        default=None, metadata={"help": "Folder of a saved SteeringVectorBank: inference-time steering sweep over alpha."}
+        default=None,
+        metadata={"help": "Folder of a saved SteeringVectorBank: inference-time steering sweep over alpha."},
     )
     steering_build_from: str | None = field(
         default=None,
