@@ -131,7 +131,8 @@ def _instrument(trainer, monkeypatch):
         advantages = weigh(call)
         if advantages is not call.advantages:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
             before = call.inputs["advantages"].clone()
-            rec["weights"].append({"before": before, "after": advantages.clone(), "routes": call.inputs["ase_route"].clone()})
+            rec["weights"].append({"before": before, "after": advantages.clone(),
+                                   "routes": call.inputs["ase_route"].clone()})
         return advantages
 
     monkeypatch.setattr(bank, "update", spy_update)
@@ -242,7 +243,8 @@ def test_is_weighted_loss_matches_reference(tmp_path, smollm2_tokenizer, loss_ty
     g = torch.Generator().manual_seed(0)
     prompt_ids = torch.randint(100, 1000, (6, 3), generator=g)
     completion_ids = torch.randint(100, 1000, (6, 4), generator=g)
-    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0],
+                                    [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
     advantages = torch.tensor([1.0, -0.5, 2.0, -1.5, 0.7, -0.9])
     routes = torch.tensor([0, 0, 1, 1, 2, 2])
     with torch.no_grad():  # independent reference: a plain forward and the formulas
@@ -368,7 +370,8 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
 
 @pytest.mark.slow
 def test_unstructured_random_control_steers_every_rollout(tmp_path, smollm2_tokenizer, monkeypatch):
-    trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1, steering_alpha=4.0)
+    trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1,
+                       steering_alpha=4.0)
     rec = _instrument(trainer, monkeypatch)
     trainer.train()
     assert rec["updates"] == [] and trainer.ase.bank.vectors is None

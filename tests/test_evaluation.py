@@ -153,7 +153,8 @@ def test_pairwise_disagreement_bad_inputs():
 def test_registry_names_and_aliases():
     assert set(FIXTURES) | {"champ", "ladder"} == set(bm.BENCHMARKS)
     for alias, name in [("AIME 2024", "aime2024"), ("aime25", "aime2025"), ("MATH-500", "math500"),
-                        ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"), ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
+                        ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"),
+                        ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
         assert bm.benchmark_spec(alias).name == name
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'.*aime2024"):
         bm.benchmark_spec("gsm9k")
@@ -337,7 +338,8 @@ def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
         per_problem = {}
         for r in rows:
             per_problem.setdefault(r["problem_id"], []).append(r["correct"])
-        assert summary["benchmarks"][name]["mean"] == pytest.approx(np.mean([np.mean(v) for v in per_problem.values()]))
+        mean_of_means = np.mean([np.mean(v) for v in per_problem.values()])
+        assert summary["benchmarks"][name]["mean"] == pytest.approx(mean_of_means)
     assert set(summary["averages"]) == {"math", "ood"}
 
     out = results.save_run(tmp_path / "run", records, summary, label="tiny")
@@ -378,7 +380,8 @@ def _summary(model, scores, layout="ase", n=8):
                "pass_at_k": {"1": m, str(n): p}}
         for name, (m, p) in scores.items()
     }  # fmt: skip
-    return {"model": model, "layout": layout, "benchmarks": benchmarks, "averages": scoring.domain_averages(benchmarks)}
+    return {"model": model, "layout": layout, "benchmarks": benchmarks,
+            "averages": scoring.domain_averages(benchmarks)}
 
 
 def test_results_table_layouts_and_deltas():
@@ -426,7 +429,8 @@ def _write_trainer_state(folder: pathlib.Path, history: list[dict]) -> pathlib.P
 
 def test_load_log_history_merges_steps_and_finds_checkpoints(tmp_path):
     history = [{"step": 1, "entropy": 1.5, "reward": 0.1}, {"step": 1, "eval_reward": 0.3},
-               {"step": 2, "entropy": 1.25, "reward": 0.2}, {"step": 2, "train_runtime": 9.0, "train_loss": 0.1}]  # fmt: skip
+               {"step": 2, "entropy": 1.25, "reward": 0.2},
+               {"step": 2, "train_runtime": 9.0, "train_loss": 0.1}]  # fmt: skip
     _write_trainer_state(tmp_path / "run" / "checkpoint-2", history)
     _write_trainer_state(tmp_path / "run" / "checkpoint-1", history[:1])
     frame = plots.load_log_history(tmp_path / "run")
@@ -488,7 +492,8 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"no run evaluated \['amc'\]"):
         plots.plot_pass_at_k({"GRPO": base}, benchmarks=["amc"])
     sweep = {"k": 8, "temperatures": [0.1, 0.5, 1.0], "average": [0.2, 0.3, 0.25]}
-    fig = plots.plot_temperature_sweep({"OGER": sweep, "GRPO": {**sweep, "average": [0.1, 0.2, 0.1]}}, tmp_path / "t.png")
+    fig = plots.plot_temperature_sweep({"OGER": sweep, "GRPO": {**sweep, "average": [0.1, 0.2, 0.1]}},
+                                       tmp_path / "t.png")
     assert len(fig.axes[0].get_lines()) == 2 and (tmp_path / "t.png").stat().st_size > 5_000
 
     train = _write_trainer_state(tmp_path / "train", _oger_history(1.0))
@@ -498,13 +503,15 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
     (evaluation / "temperature_sweep.json").write_text(json.dumps(sweep))
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("plot_example", pathlib.Path(__file__).parents[1] / "examples" / "plot.py")
+    script = pathlib.Path(__file__).parents[1] / "examples" / "plot.py"
+    spec = importlib.util.spec_from_file_location("plot_example", script)
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "plot_example", example)  # dataclasses resolve annotations there
     spec.loader.exec_module(example)
     assert example.positional_to_flags([str(train), str(evaluation), "--smooth", "2"]) == [
         "--run_dirs", str(train), str(evaluation), "--smooth", "2"]  # fmt: skip
-    written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)], output_dir=str(tmp_path / "out")))
+    written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)],
+                                                 output_dir=str(tmp_path / "out")))
     assert sorted(p.name for p in written) == ["pass_at_k.png", "temperature_sweep.png", "training_dynamics.png",
                                                "training_dynamics_oger.png"]
     assert all(p.stat().st_size > 5_000 for p in written)

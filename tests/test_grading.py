@@ -120,19 +120,23 @@ def answer_pairs(draw):
         "set": lambda x, y: (rf"\{{{x}, {x + y}\}}", rf"\{{{x + y}, {x}\}}"),
         "tuple": lambda x, y: (f"({x}, {y})", f"({x},{y})"),
         "equation": lambda x, y: (f"x = {x}", f"x={x}"),
-        "matrix": lambda x, y: (rf"\begin{{pmatrix}} {x} & {y} \end{{pmatrix}}", rf"\begin{{pmatrix}}{x}&{y}\end{{pmatrix}}"),
+        "matrix": lambda x, y: (rf"\begin{{pmatrix}} {x} & {y} \end{{pmatrix}}",
+                                rf"\begin{{pmatrix}}{x}&{y}\end{{pmatrix}}"),
         "sqrt": lambda x, y: (rf"{y}\sqrt{{{abs(x) + 2}}}", rf"{y} \sqrt{{{abs(x) + 2}}}"),
         "several_boxes": lambda x, y: (f"{x}, {x + y}", None),
     }[kind]
     gold_latex, _ = render(a, b)
     _, predicted_latex = render(a2, b2)
-    gold = draw(st.sampled_from([f"${gold_latex}$", gold_latex if kind in ("integer", "decimal") else f"${gold_latex}$"]))
+    bare_gold = gold_latex if kind in ("integer", "decimal") else f"${gold_latex}$"
+    gold = draw(st.sampled_from([f"${gold_latex}$", bare_gold]))
     if kind == "several_boxes":
         completion = rf"The solutions are \boxed{{{a2}}} and \boxed{{{a2 + b2}}}."
     else:
         wrapper = draw(st.sampled_from([
-            "{}", "$\\boxed{{{}}}$", "The final answer is ${}$.", "Work... so the answer is \\boxed{{{}}}. I hope it is correct.",
-            "Final Answer: $\\boxed{{{}}}$", "**Answer:** ${}$", "Thus \\[ {} \\]", "we find $y = 3$ and then \\boxed{{{}}}",
+            "{}", "$\\boxed{{{}}}$", "The final answer is ${}$.",
+            "Work... so the answer is \\boxed{{{}}}. I hope it is correct.",
+            "Final Answer: $\\boxed{{{}}}$", "**Answer:** ${}$", "Thus \\[ {} \\]",
+            "we find $y = 3$ and then \\boxed{{{}}}",
         ]))  # fmt: skip
         completion = wrapper.format(predicted_latex)
     return gold, completion

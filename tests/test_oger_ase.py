@@ -72,7 +72,8 @@ def _trainer(tmp_path, tokenizer, reward_funcs=None, callbacks=None, **overrides
 def _instrument(trainer, monkeypatch):
     """Record replacements, steering calls, bank updates, IS weights and, per generation, the batch and references."""
     rec = {"replacements": [], "steering": [], "updates": [], "weights": [], "generations": []}
-    select, steering, update = oger_component.select_replacements, trainer.ase.steerer.steering, trainer.ase.bank.update
+    select = oger_component.select_replacements
+    steering, update = trainer.ase.steerer.steering, trainer.ase.bank.update
     weigh, generate_and_score = ase_component.routed_importance_weights, trainer._generate_and_score_completions
 
     def spy_select(divergence, k, rule="lowest_divergence", generator=None):
@@ -110,7 +111,8 @@ def _instrument(trainer, monkeypatch):
         if entry["steered"]:  # the policy has not moved since generation: reference H_last under the route's steering
             planned = rec["steering"][-1]
             entry["planned_routes"] = planned["routes"]
-            entry["reference_entropy"] = _reference_last_entropy(trainer, output, planned["routes"], planned["vectors"])
+            entry["reference_entropy"] = _reference_last_entropy(trainer, output, planned["routes"],
+                                                                 planned["vectors"])
             entry["clean_entropy"] = _reference_last_entropy(trainer, output, None, None)
         rec["generations"].append(entry)
         return output
@@ -193,7 +195,8 @@ def test_composed_run_semantics(tmp_path, smollm2_tokenizer, monkeypatch):
     table = pd.concat(pd.read_parquet(f) for f in sorted((tmp_path / "out" / "completions").glob("*.parquet")))
     for column in ("is_offline", "teacher", "divergence", "last_token_entropy", "route", "oger_reward"):
         assert column in table.columns, column
-    assert set(table.loc[table["is_offline"], "route"]) == {-1} and table.loc[table["is_offline"], "teacher"].notna().all()
+    offline_rows = table.loc[table["is_offline"]]
+    assert set(offline_rows["route"]) == {-1} and offline_rows["teacher"].notna().all()
     assert any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
 
 
@@ -215,8 +218,10 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     model.train()
     trainer.current_gradient_accumulation_steps = 1
     g = torch.Generator().manual_seed(0)
-    prompt_ids, completion_ids = torch.randint(100, 1000, (6, 3), generator=g), torch.randint(100, 1000, (6, 4), generator=g)
-    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    prompt_ids = torch.randint(100, 1000, (6, 3), generator=g)
+    completion_ids = torch.randint(100, 1000, (6, 4), generator=g)
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0],
+                                    [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
     advantages = torch.tensor([1.0, -0.5, 2.0, -1.5, 0.7, -0.9])
     routes = torch.tensor([0, 0, 1, -1, 2, 2])  # row 3 is offline
     is_offline = routes == -1
@@ -226,8 +231,9 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     behaviour = logp + 0.8 * torch.randn(logp.shape, generator=g)
     behaviour[is_offline] = float("nan")
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
-              "completion_mask": completion_mask, "advantages": advantages, "num_items_in_batch": completion_mask.sum(),
-              "sampling_per_token_logps": behaviour, "ase_route": routes, "is_offline": is_offline}
+              "completion_mask": completion_mask, "advantages": advantages,
+              "num_items_in_batch": completion_mask.sum(), "sampling_per_token_logps": behaviour,
+              "ase_route": routes, "is_offline": is_offline}
     loss = trainer._compute_loss(model, inputs)
 
     w = torch.where(routes[:, None] > 0, torch.exp(logp - behaviour).clamp(max=1.5), torch.ones_like(logp))
@@ -254,7 +260,8 @@ def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer
     resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "out" / "checkpoint-1"))
 
     (gen_a, gen_b) = rec_a["generations"][1], rec_b["generations"][0]  # step 1 of both runs
-    assert torch.equal(gen_a["ase_route"], gen_b["ase_route"]) and torch.equal(gen_a["is_offline"], gen_b["is_offline"])
+    assert torch.equal(gen_a["ase_route"], gen_b["ase_route"])
+    assert torch.equal(gen_a["is_offline"], gen_b["is_offline"])
     assert torch.equal(gen_a["completion_ids"], gen_b["completion_ids"])  # the teacher drawn and the sampled tokens
     assert rec_a["replacements"][1]["chosen"].tolist() == rec_b["replacements"][0]["chosen"].tolist()
     assert torch.equal(rec_a["steering"][-1]["vectors"], rec_b["steering"][-1]["vectors"])  # the restored bank
@@ -300,8 +307,10 @@ def test_recipes_load_with_trl_parser():
         )
         assert isinstance(config, OGERASEConfig) and config.num_replacements == 1
         if "qwen" in recipe:  # the papers' settings: N = 8, K = 3, alpha 0.5, TIS cap 2, lr 1e-6, 128 prompts
-            assert (config.num_generations, config.num_vectors, config.steering_alpha, config.is_cap) == (8, 3, 0.5, 2.0)
-            assert config.learning_rate == 1e-6 and config.use_vllm and config.vllm_importance_sampling_mode == "token_truncate"
+            assert (config.num_generations, config.num_vectors, config.steering_alpha,
+                    config.is_cap) == (8, 3, 0.5, 2.0)
+            assert config.learning_rate == 1e-6 and config.use_vllm
+            assert config.vllm_importance_sampling_mode == "token_truncate"
             assert model.model_name_or_path == "Qwen/Qwen2.5-Math-1.5B"
 
 

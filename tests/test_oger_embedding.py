@@ -74,7 +74,8 @@ def test_chunk_mean_windows_fit_max_seq_length_on_a_long_trace():
     (windows decoded to text and tokenised again used to come out longer than 256 tokens and be cut)."""
     chunked = TrajectoryEncoder("embedded", long_text_mode="chunk_mean", batch_size=3)
     tokenizer = chunked.model.tokenizer
-    text = " ".join(f"Step {i}: since x_{i} = {i * i - 3}/(2^{i} + 1), we get \\frac{{{i}}}{{{i + 7}}}." for i in range(80))
+    text = " ".join(f"Step {i}: since x_{i} = {i * i - 3}/(2^{i} + 1), we get \\frac{{{i}}}{{{i + 7}}}."
+                    for i in range(80))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     ids = ids[:1680]
     text = tokenizer.decode(ids)

@@ -107,7 +107,8 @@ def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacement
             assert row.divergence is not None and row.last_token_entropy is not None
 
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
-    for key in ("oger/divergence_mean", "oger/offline_fraction", "oger/last_token_entropy_mean", "oger/offline_policy_loss"):
+    for key in ("oger/divergence_mean", "oger/offline_fraction", "oger/last_token_entropy_mean",
+                "oger/offline_policy_loss"):
         assert key in history, key
     assert history["oger/offline_fraction"] == pytest.approx(0.25)
     assert history["oger/offline_truncated_fraction"] == 0.0
@@ -193,7 +194,8 @@ def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer
         logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1)).logits[:, 2:-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
     p = logp.exp()
-    per_token = torch.where(is_offline.unsqueeze(1), -advantages.unsqueeze(1) * p / (p + 0.1), -advantages.unsqueeze(1).expand(-1, 4))
+    per_token = torch.where(is_offline.unsqueeze(1), -advantages.unsqueeze(1) * p / (p + 0.1),
+                            -advantages.unsqueeze(1).expand(-1, 4))
     m = completion_mask.float()
     if loss_type == "grpo":
         expected = ((per_token * m).sum(1) / m.sum(1)).mean()
@@ -240,7 +242,8 @@ def test_entropy_recorder_one_entropy_per_row_equals_every_step(smollm2_tokenize
     # last_token="before_eos": the step before a final EOS, kept alongside
     rec, logits, _, lengths, stopped = _sample_with_recorder(model, smollm2_tokenizer, temperature, eos_ids, True)
     before = (lengths - (stopped & (lengths > 1)).long())
-    assert torch.equal(rec.last_token_entropy(before), entropy_from_logits(logits.float() / temperature)[rows, before - 1])
+    expected = entropy_from_logits(logits.float() / temperature)[rows, before - 1]
+    assert torch.equal(rec.last_token_entropy(before), expected)
     with pytest.raises(ValueError, match="temperature"):
         LastTokenEntropyRecorder(model, 0.0)
 
@@ -310,7 +313,8 @@ def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_toke
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=_dataset(),
                           processing_class=smollm2_tokenizer)
     monkeypatch.setattr(trainer.oger.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
-    monkeypatch.setattr(trainer.oger.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
+    monkeypatch.setattr(trainer.oger.encoder, "encode_cached",
+                        lambda texts: pytest.fail("encoded offline trajectories"))
     monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda *a, **k: pytest.fail("entropy hook"))
     trainer.train()
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}

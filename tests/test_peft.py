@@ -29,7 +29,8 @@ def _frozen_base(model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
-def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokenizer, monkeypatch, gradient_checkpointing):
+def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokenizer, monkeypatch,
+                                                        gradient_checkpointing):
     """One step whose loss comes only from the offline (teacher) tokens still trains every adapter.
 
     `mask_truncated_completions` drops the online completions, which a random model never ends within 24 tokens,

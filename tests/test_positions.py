@@ -61,7 +61,8 @@ def test_generate_numbers_positions_from_the_mask(smollm2_tokenizer):
     pad = smollm2_tokenizer.pad_token_id
     ids = torch.tensor([[pad] * 4 + SHORT, LONG])
     mask = torch.tensor([[0] * 4 + [1] * 3, [1] * 7])
-    kwargs = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=pad)
+    kwargs = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                  pad_token_id=pad)
     padded = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
     alone = model.generate(input_ids=ids[:1, 4:], attention_mask=mask[:1, 4:], **kwargs)
     for a, b in zip(padded.scores, alone.scores):

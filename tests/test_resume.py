@@ -95,7 +95,8 @@ def _assert_same_bank(a, b):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["oger", "ase", pytest.param("oger_ase", marks=pytest.mark.skipif(
-    not os.environ.get("TRL_EXPLORE_FULL_RESUME"), reason="90 s; its two parts are tested; set TRL_EXPLORE_FULL_RESUME=1"))])
+    not os.environ.get("TRL_EXPLORE_FULL_RESUME"),
+    reason="90 s; its two parts are tested; set TRL_EXPLORE_FULL_RESUME=1"))])
 def test_resume_inside_a_generation_and_across_an_epoch_is_exact(kind, tmp_path, smollm2_tokenizer):
     full = _trainer(kind, tmp_path / "full", smollm2_tokenizer, save_strategy="steps", save_steps=1)
     full.train()

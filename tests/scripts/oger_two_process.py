@@ -26,7 +26,8 @@ records = []
 
 class RecordingOGERComponent(oger_trainer_module.OGERComponent):
     def offline_for_group(self, rows, group, need_embeddings=True):
-        records.append({"step": self.trainer.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
+        records.append({"step": self.trainer.state.global_step,
+                        "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
         return super().offline_for_group(rows, group, need_embeddings)
 
 

@@ -56,7 +56,8 @@ diff = max((p.detach() - weights[n].detach()).abs().max().item() for n, p in res
 banks = full.ase.bank.state_dict(), resumed.ase.bank.state_dict()
 result = {
     "generated": full.generated, "resumed_generated": resumed.generated, "losses": losses(full),
-    "resumed_losses": losses(resumed), "max_weight_diff": diff, "updates": [full.ase.bank.num_updates, resumed.ase.bank.num_updates],
+    "resumed_losses": losses(resumed), "max_weight_diff": diff,
+    "updates": [full.ase.bank.num_updates, resumed.ase.bank.num_updates],
     "bank_equal": all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
                       for a, b in zip(banks[0].values(), banks[1].values())),
 }
