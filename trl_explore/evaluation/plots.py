@@ -460,7 +460,8 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
             raise ValueError(f"temperature sweep {label!r}: {len(sweep['temperatures'])} temperatures but "
                              f"{len(sweep['average'])} scores")
         ks.add(sweep["k"])
-        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=f"C{i % 10}", label=label)
+        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=f"C{i % 10}",
+                label=label)
     k_text = "/".join(str(k) for k in sorted(ks))
     ax.set_title(f"pass@{k_text} vs. temperature (OGER Fig. 6)", fontsize=10)
     ax.set_xlabel("decoding temperature")

@@ -117,7 +117,8 @@ def length_batches(lengths: Sequence[int], max_rows: int,
     return batches[::-1]
 
 
-def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.Tensor, num_texts: int) -> torch.Tensor:
+def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.Tensor,
+                 num_texts: int) -> torch.Tensor:
     """Unit-norm weighted mean of window embeddings per text (the ``chunk_mean`` pooling).
 
     Args:

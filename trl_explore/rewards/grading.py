@@ -8,11 +8,12 @@ are pure (strings in, verdicts out) and run in the grading worker processes of
 
 **Gold answers** (:func:`read_gold`). A LaTeX gold (one with ``\\``, ``{``, ``}`` or ``$``) is read by
 ``math_verify.parse`` with its defaults. A plain-text gold is also read by this package's own reader: the CHAMP
-phrasing rules (:mod:`trl_explore.data.champ_answers`), then :func:`~trl_explore.rewards.ascii_math.ascii_answer_to_latex`,
-then Math-Verify on the whole LaTeX. That reading is used when Math-Verify's own is empty or not equivalent to it
-(Math-Verify reads ``2^(n-1)`` as ``2`` and ``x=6, y=5`` as ``5``). Yes/no golds are words. A gold that neither
-reading parses, and a plain-text gold in prose or with an ellipsis that this package's reader refuses ("Always greater
-than 20", from which Math-Verify would read ``20``; "1, 2, 3, ..."), raise :class:`GoldAnswerError` (the reward gives ``None``: not scored).
+phrasing rules (:mod:`trl_explore.data.champ_answers`), then
+:func:`~trl_explore.rewards.ascii_math.ascii_answer_to_latex`, then Math-Verify on the whole LaTeX. That reading is
+used when Math-Verify's own is empty or not equivalent to it (Math-Verify reads ``2^(n-1)`` as ``2`` and ``x=6, y=5``
+as ``5``). Yes/no golds are words. A gold that neither reading parses, and a plain-text gold in prose or with an
+ellipsis that this package's reader refuses ("Always greater than 20", from which Math-Verify would read ``20``;
+"1, 2, 3, ..."), raise :class:`GoldAnswerError` (the reward gives ``None``: not scored).
 
 **Modes** (where the final answer of a completion is read; :data:`MODES`):
 
@@ -328,7 +329,8 @@ def _read_gold_uncached(gold: str, keep_chained_equalities: bool, gold_normalize
     return own_reading
 
 
-_MATHS_WORDS = {"sqrt", "floor", "ceil", "exp", "sin", "cos", "tan", "log", "sum", "binom", "and", "mod", "inf", "infinity"}
+_MATHS_WORDS = {"sqrt", "floor", "ceil", "exp", "sin", "cos", "tan", "log", "sum", "binom", "and", "mod", "inf",
+                "infinity"}
 
 
 def is_prose(text: str) -> bool:
@@ -422,7 +424,8 @@ def predicted_yes_no(text: str, mode: str = DEFAULT_MODE) -> str | None:
 
 # --- strict mode: version 0.1's anchored, precision-first reading ---------------------------------
 
-_ANCHORED_CONFIGS = [LatexExtractionConfig(try_extract_without_anchor=False), ExprExtractionConfig(try_extract_without_anchor=False)]
+_ANCHORED_CONFIGS = [LatexExtractionConfig(try_extract_without_anchor=False),
+                     ExprExtractionConfig(try_extract_without_anchor=False)]
 # A concluding sentence ("Therefore, n mod 1982 is 0.") and its first copula: prose answers without a box.
 _CONCLUSION = re.compile(r"(?:^|[.!?:]\s+|\n)\s*(?:Therefore|Thus|Hence|In conclusion|Consequently|So),?\s")
 _COPULA = re.compile(r"\s(?:is|are|equals|is equal to|=)\s")
@@ -558,7 +561,8 @@ def _with_texts(parsed: list) -> list[tuple[Any, str]]:
 
 def _passes_guards(gold_parsed: list, prediction: list, guards: frozenset) -> bool:
     """Whether some pair of gold and predicted forms that Math-Verify calls equal passes every guard."""
-    for (gold, gold_text), (predicted, predicted_text) in itertools.product(_with_texts(gold_parsed), _with_texts(prediction)):
+    pairs = itertools.product(_with_texts(gold_parsed), _with_texts(prediction))
+    for (gold, gold_text), (predicted, predicted_text) in pairs:
         if not _mv_verify([gold], [predicted]):
             continue
         if isinstance(gold, str) or isinstance(predicted, str):
@@ -600,8 +604,8 @@ def _single_variable_set(relation: Any) -> sympy.Set | None:
 
 def _maybe_a_point(value: Any) -> bool:
     """An open interval with finite ends, ``(a, b)``, which is also how a point or ordered pair is written."""
-    return isinstance(value, sympy.Interval) and value.left_open and value.right_open and value.is_finite_set is False \
-        and all(end.is_finite for end in (value.start, value.end))
+    return (isinstance(value, sympy.Interval) and value.left_open and value.right_open
+            and value.is_finite_set is False and all(end.is_finite for end in (value.start, value.end)))
 
 
 def interval_matches_inequality(a: Any, b: Any) -> bool:
@@ -642,7 +646,8 @@ def same_chained_equality(a: Any, b: Any) -> bool:
 
 _ROMAN_LETTER = re.compile(r"\\(?:mathrm|operatorname|text)\s*\{\s*([ed])\s*\}")
 # Only where it ends the completion (a retracted "The answer is **5**. Wait, ... 6." is no answer).
-_BOLD_AFTER_ANCHOR = re.compile(r"((?:final answer|answer)\s*(?:is|:)?\s*:?\s*)\*\*([^*\n]+?)\*\*(?=[\s.!]*$)", re.IGNORECASE)
+_BOLD_AFTER_ANCHOR = re.compile(r"((?:final answer|answer)\s*(?:is|:)?\s*:?\s*)\*\*([^*\n]+?)\*\*(?=[\s.!]*$)",
+                                re.IGNORECASE)
 _FINAL_FBOX = re.compile(r"\\fbox(\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}[^0-9$\\]*)$")
 
 
