@@ -437,7 +437,6 @@ def test_split_finished():
 
 @pytest.fixture(scope="module")
 def tiny_teacher(smollm2_tokenizer, tmp_path_factory):
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
     from trl_explore.testing import make_tiny_causal_lm
 
     folder = tmp_path_factory.mktemp("tiny_teacher")

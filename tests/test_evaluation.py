@@ -372,21 +372,9 @@ def test_empty_or_broken_results_files_give_clear_errors(tmp_path):
         results.load_summary(tmp_path / "missing")
 
 
-def _summary(model, scores, layout="ase", n=8):
-    domain = {"aime2024": "math", "math500": "math", "gpqa_diamond": "ood"}
-    title = {"aime2024": "AIME 2024", "math500": "MATH-500", "gpqa_diamond": "GPQA-D"}
-    benchmarks = {
-        name: {"title": title[name], "domain": domain[name], "mean": m, "pass_at_n": p, "num_samples": n,
-               "pass_at_k": {"1": m, str(n): p}}
-        for name, (m, p) in scores.items()
-    }  # fmt: skip
-    return {"model": model, "layout": layout, "benchmarks": benchmarks,
-            "averages": scoring.domain_averages(benchmarks)}
-
-
-def test_results_table_layouts_and_deltas():
-    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
-    ours = _summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
+def test_results_table_layouts_and_deltas(make_summary):
+    base = make_summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
+    ours = make_summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
     table = results.results_table({"GRPO": base, "OGER": ours}, baseline="GRPO")
     lines = table.splitlines()
     assert lines[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math Avg. | OOD Avg. |"
@@ -483,9 +471,9 @@ def test_training_dynamics_plots_have_the_expected_lines(tmp_path):
         plots.plot_training_dynamics(ase, [plots.OGER_PANELS[0]])
 
 
-def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
-    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
-    ours = _summary("OGER", {"aime2024": (0.2, 0.4)})
+def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch, make_summary):
+    base = make_summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
+    ours = make_summary("OGER", {"aime2024": (0.2, 0.4)})
     fig = plots.plot_pass_at_k({"GRPO": base, "OGER": ours}, tmp_path / "pk.png")
     assert _lines_per_panel(fig) == {"AIME 2024: pass@k": 2, "MATH-500: pass@k": 1}
     assert (tmp_path / "pk.png").stat().st_size > 5_000
@@ -519,10 +507,10 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
         plots.plot_runs([tmp_path / "out"], tmp_path / "none")
 
 
-def test_plots_read_well_for_small_and_all_zero_runs(tmp_path):
+def test_plots_read_well_for_small_and_all_zero_runs(tmp_path, make_summary):
     """All-zero pass@k on the full 0-100 scale; a single logged step as a marker on integer ticks; routes with
     equal values drawn with different markers and sizes; no internal document cited in titles."""
-    zero = _summary("demo", {"aime2024": (0.0, 0.0)})
+    zero = make_summary("demo", {"aime2024": (0.0, 0.0)})
     fig = plots.plot_pass_at_k({"demo": zero}, tmp_path / "pk.png")
     assert fig.axes[0].get_ylim() == (-3, 103) and list(fig.axes[0].get_yticks()) == [0, 20, 40, 60, 80, 100]
 

@@ -362,9 +362,9 @@ def test_oger_trainer_takes_ladder_rows_and_trains_one_step(tmp_path, smollm2_to
     """A tiny model, one OGER step on ladder rows: the construction-time row checks pass, the teacher row is a
     ladder solution graded 1."""
     import torch
-    from conftest import make_tiny_causal_lm
 
     from trl_explore import OGERConfig, OGERTrainer
+    from trl_explore.testing import make_tiny_causal_lm
 
     train = ladder_dataset(levels=["one_digit", "word"], train_size=4, validation_size=0, test_size=0,
                            max_length=23)["train"]  # solutions that fit 24 completion tokens with their EOS

@@ -15,6 +15,7 @@ Rules: shared code never imports a method; a method never imports another method
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -157,6 +158,16 @@ def test_no_import_cycles():
 def test_the_rules_catch_what_they_are_written_for(graph, expected):
     problems = layer_violations(graph)
     assert len(problems) == len(expected) and all(e in p for e, p in zip(expected, problems))
+
+
+def test_no_test_module_imports_another():
+    """Tests share helpers through conftest.py fixtures or trl_explore.testing, never by importing a test module or
+    conftest (also inside the scripts that tests write out and run)."""
+    tests = ROOT.parent / "tests"
+    pattern = re.compile(r"^\s*(?:from|import)\s+(?:test_\w+|conftest)\b", re.MULTILINE)
+    found = [f"{path.relative_to(tests)}: {match.group().strip()}" for path in sorted(tests.rglob("*.py"))
+             for match in pattern.finditer(path.read_text())]
+    assert found == [], "\n".join(found)
 
 
 def test_cycle_finder_on_a_hand_made_graph():

@@ -11,45 +11,30 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from datasets import Dataset
 from transformers import TrainerCallback
 
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.ase import component as ase_component
 from trl_explore.oger import component as oger_component
 from trl_explore.oger.entropy import entropy_from_logits
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
+from trl_explore.testing import (
+    DOUBLING_TEACHERS,
+    doubling_dataset,
+    make_tiny_causal_lm,
+    parity_reward,
+    run_two_cpu_processes,
+    tiny_oger_ase_args,
+)
 
 NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt, one of the 6 replaced by a teacher
-TEACHERS = {
-    0: ["Zero plus zero is 0, so the answer is \\boxed{0}.", "0 + 0 = 0. \\boxed{0}"],
-    1: ["One plus one is 2, so the answer is \\boxed{2}."],
-}
 
 
 def _dataset(num_prompts=2):
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}",
-         "offline_completions": TEACHERS[i], "offline_teachers": [f"teacher-{j}" for j in range(len(TEACHERS[i]))]}
-        for i in range(num_prompts)
-    ])
-
-
-def parity_reward(completions, **kwargs):
-    """Synthetic verifier: 'correct' when the completion has an even number of characters (gives contrast pairs)."""
-    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
+    return doubling_dataset(num_prompts, DOUBLING_TEACHERS)  # 2 teachers for the first prompt, 1 for the second
 
 
 def _config(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=NUM_GENERATIONS, num_generations=NUM_GENERATIONS,
-        num_vectors=NUM_VECTORS, pca_dim=4, kmeans_n_init=2, max_completion_length=8, max_steps=2,
-        learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
-        embedding_model="embedded", seed=0, log_completions=False, steering_alpha=4.0,
-        min_pairs_per_cluster=1,  # a few rollouts per step: the mechanics, not the guard against tiny clusters
-    )
-    kwargs.update(overrides)
-    return OGERASEConfig(**kwargs)
+    return OGERASEConfig(**tiny_oger_ase_args(tmp_path / "out", **overrides))
 
 
 def _peaked_model(tokenizer):
@@ -318,44 +303,44 @@ _TWO_PROCESS_SCRIPT = '''
 import json, sys
 from pathlib import Path
 
-sys.path.insert(0, {tests_dir!r})
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
-from test_oger_ase import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 
-from trl_explore import OGERASETrainer, OGERRewardFunction
+from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
 from trl_explore.defaults import default_policy_path
+from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, make_tiny_causal_lm, parity_reward
+from trl_explore.testing import tiny_oger_ase_args
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
-trainer = OGERASETrainer(make_tiny_causal_lm(tokenizer), args=_config(out, max_steps=2),
+args = OGERASEConfig(**tiny_oger_ase_args(out / "out", max_steps=2))
+trainer = OGERASETrainer(make_tiny_causal_lm(tokenizer), args=args,
                          reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)],
-                         train_dataset=_dataset(), processing_class=tokenizer)
+                         train_dataset=doubling_dataset(2, DOUBLING_TEACHERS), processing_class=tokenizer)
 groups = []
 original = trainer._generate_and_score_completions
 
 
 def spy(inputs):
     output = original(inputs)
-    groups.append({{"prompts": [row["prompt"][0]["content"] for row in inputs], "routes": output["ase_route"].tolist(),
-                   "offline": output["is_offline"].tolist()}})
+    groups.append({"prompts": [row["prompt"][0]["content"] for row in inputs], "routes": output["ase_route"].tolist(),
+                   "offline": output["is_offline"].tolist()})
     return output
 
 
 trainer._generate_and_score_completions = spy
 trainer.train()
 bank = trainer.ase.bank
-(out / f"rank{{trainer.accelerator.process_index}}.json").write_text(json.dumps({{
+(out / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps({
     "groups": groups, "vectors": None if bank.vectors is None else bank.vectors.tolist(),
     "num_updates": bank.num_updates, "diagnostics": trainer.ase.bank_diagnostics,
-}}))
+}))
 '''
 
 
 @pytest.mark.slow
 def test_two_processes_keep_whole_groups_and_one_bank(tmp_path):
     script = tmp_path / "oger_ase_two_process.py"
-    script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
+    script.write_text(_TWO_PROCESS_SCRIPT)
     result = run_two_cpu_processes(script, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -4,13 +4,12 @@ filter of known third-party warnings."""
 import warnings
 
 import pytest
-from conftest import make_tiny_causal_lm
-from test_ase_trainer import _dataset, parity_reward
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig
 
 from trl_explore import ExplorationTrainer, reporting
 from trl_explore.reporting import CompactLogCallback, compact_log_line, format_number, use_compact_logs
+from trl_explore.testing import doubling_dataset, make_tiny_causal_lm, parity_reward
 
 # a training log as TRL 1.16 hands it to the callbacks (from `accelerate launch examples/train_oger.py --max_steps 1`)
 LOGS = {"loss": 0.07961, "grad_norm": 0.7803, "learning_rate": 1e-05, "num_tokens": 2202.0,
@@ -42,8 +41,8 @@ def _trainer(tmp_path, tokenizer, **overrides):
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none",
                       use_cpu=True, bf16=False, save_strategy="no", **overrides)
-    return ExplorationTrainer(make_tiny_causal_lm(tokenizer), [parity_reward], args=args, train_dataset=_dataset(4),
-                              processing_class=tokenizer)
+    return ExplorationTrainer(make_tiny_causal_lm(tokenizer), [parity_reward], args=args,
+                              train_dataset=doubling_dataset(4), processing_class=tokenizer)
 
 
 @pytest.mark.slow

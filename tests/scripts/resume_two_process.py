@@ -7,15 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from trl_explore import ASEConfig, ASEGRPOTrainer  # noqa: E402
-from trl_explore.defaults import default_policy_path  # noqa: E402
-from trl_explore.testing import make_tiny_causal_lm, parity_reward  # noqa: E402
+from trl_explore import ASEConfig, ASEGRPOTrainer
+from trl_explore.defaults import default_policy_path
+from trl_explore.testing import make_tiny_causal_lm, parity_reward
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
