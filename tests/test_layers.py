@@ -160,6 +160,13 @@ def test_the_rules_catch_what_they_are_written_for(graph, expected):
     assert len(problems) == len(expected) and all(e in p for e, p in zip(expected, problems))
 
 
+def test_module_sizes():
+    """No module of the package over 600 lines; the driver, read in one sitting, at most 300."""
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert {name: n for name, n in sizes.items() if n > 600} == {}
+    assert sizes["trl_explore.driver"] <= 300
+
+
 def test_no_test_module_imports_another():
     """Tests share helpers through conftest.py fixtures or trl_explore.testing, never by importing a test module or
     conftest (also inside the scripts that tests write out and run)."""
