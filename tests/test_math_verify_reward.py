@@ -422,6 +422,19 @@ def test_reward_conversational_completions_and_options():
     assert reward.__name__ == "champ_reward"
 
 
+def test_the_docstring_points_at_champs_gold_normalizer():
+    """``MathVerifyReward``'s docstring names ``GOLD_NORMALIZERS["champ"]`` for CHAMP's golds: it exists, it is CHAMP's
+    phrasing rules, and a reward built with it scores a CHAMP-phrased gold that is not scored without it."""
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+
+    assert 'GOLD_NORMALIZERS["champ"]' in " ".join(MathVerifyReward.__doc__.split())
+    assert GOLD_NORMALIZERS["champ"] is gold_alternatives
+    gold = "5 is the only possible value"
+    champ = MathVerifyReward(gold_normalizer=GOLD_NORMALIZERS["champ"])
+    assert champ(completions=[r"\boxed{5}"], answer=[gold]) == [1.0]
+    assert MathVerifyReward()(completions=[r"\boxed{5}"], answer=[gold]) == [None]  # prose without CHAMP's rules
+
+
 def test_reward_missing_column_names_it():
     with pytest.raises(ValueError, match=r"'answer'.*\['problem', 'solution'\]"):
         math_reward(completions=["x"], solution=["1"], problem=["q"])

@@ -390,7 +390,8 @@ class MathVerifyReward:
         name: ``__name__``, which TRL uses in metric names (default ``"math_reward"``).
         eos_token_ids: token ids that end a completion (default None: the calling trainer's, see above).
         gold_normalizer: the training data's phrasing rules for its golds (``GraderOptions.gold_normalizer``; CHAMP's:
-            ``trl_explore.data.loading.gold_normalizer_for("champ")``); default None.
+            ``trl_explore.data.gold_normalizers.GOLD_NORMALIZERS["champ"]``, the function
+            ``trl_explore.data.champ_answers.gold_alternatives``); default None.
 
     Rows whose gold answer cannot be parsed get ``None`` (TRL turns it into NaN and leaves it out of the reward
     sums). Each such row adds one to ``num_unparseable_gold``, and a warning is logged once per row id
