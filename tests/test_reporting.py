@@ -94,3 +94,23 @@ def test_known_warnings_are_filtered_by_message_only(monkeypatch):
     assert shown == ["`max_length` is deprecated and will be removed in v6",
                      "'pin_memory' argument is set as true but no accelerator is found"]
     assert len([f for f in installed if f[1].pattern in {m for _, m in reporting.KNOWN_WARNINGS}]) == 2
+
+
+@pytest.mark.parametrize("steps, expected", [(1, "1 step in"), (2, "2 steps in"), (0, "0 steps in")])
+def test_finish_run_counts_steps_in_words(steps, expected, tmp_path, capsys):
+    """The summary line of ``finish_run`` ("[tag] 1 step in 3.0 s; model saved to ...") on a stand-in trainer."""
+    import types
+
+    calls = []
+    trainer = types.SimpleNamespace(
+        save_model=lambda out: calls.append("save_model"), save_state=lambda: calls.append("save_state"),
+        create_model_card=lambda **kwargs: calls.append("card"), args=types.SimpleNamespace(push_to_hub=False),
+        accelerator=types.SimpleNamespace(is_main_process=True),
+        state=types.SimpleNamespace(global_step=steps, log_history=[{"loss": 0.5, "step": steps}]),
+    )
+    reporting.finish_run(trainer, str(tmp_path / "run"), None, "demo", ("loss",), 3.0)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"[demo] {expected} 3.0 s; model saved to {tmp_path / 'run'}"
+    assert calls == ["save_model", "save_state", "card"]
+    if steps == 1:
+        assert compact_log_line({"train_runtime": 3.0, "train_loss": 0.5}, 1, 1).startswith("done: 1 step in 3 s")
