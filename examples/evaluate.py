@@ -10,8 +10,9 @@
     python examples/evaluate.py --steering_build_from champ:train --steering_num_clusters 3 4 \
         --steering_fractions 0.25 0.5 --steering_alphas 0.25 0.5    # ASE App. D sweep over (K, f, alpha)
 
-`--model_name_or_path main` (the default) is the main job's output folder `outputs/oger-smollm2-champ` when it
-holds a saved model, else the embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
+`--model_name_or_path main` (the default) is the main job's output folder (the `output_dir` of its recipe,
+`recipes/oger_smollm2_ladder_cpu.yaml`: `outputs/oger-smollm2-ladder`) when it holds a saved model, else the
+embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
 (default `outputs/eval/<model>`): `samples.jsonl`, `samples.parquet`, `summary.json`, `results.md`,
 `pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png` / `temperature_samples.parquet`,
 `steering_sweep.json` / `.md` / `steering_samples.parquet`. Finished batches are kept in `<output_dir>/partial/`
@@ -28,10 +29,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+import yaml
 from trl import TrlParser
 
-MAIN_JOB_OUTPUT = "outputs/oger-smollm2-champ"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
+MAIN_JOB_RECIPE = REPO_ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml"
+MAIN_JOB_OUTPUT = yaml.safe_load(MAIN_JOB_RECIPE.read_text())["output_dir"]
 
 
 @dataclass

@@ -581,3 +581,29 @@ def test_distinct_answer_fraction():
     assert distinct_answer_fraction(["4", "4", "4"], 3) == 0.0
     with pytest.raises(ValueError, match="positive multiple"):
         distinct_answer_fraction(["4"], 2)
+
+
+def _load_example(name: str, monkeypatch):
+    import importlib.util
+
+    script = pathlib.Path(__file__).parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_example", script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, f"{name}_example", module)  # dataclasses resolve annotations there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluate_and_plot_default_to_the_main_jobs_output_dir(monkeypatch):
+    """examples/evaluate.py's ``main`` and examples/plot.py's default run are the folder the main job writes: the
+    ``output_dir`` of examples/train_oger.py's default recipe."""
+    import yaml
+
+    recipe = _load_example("train_oger", monkeypatch).RECIPE
+    output_dir = yaml.safe_load(recipe.read_text())["output_dir"]
+    assert output_dir == "outputs/oger-smollm2-ladder"
+    evaluate, plot = _load_example("evaluate", monkeypatch), _load_example("plot", monkeypatch)
+    assert evaluate.MAIN_JOB_RECIPE == plot.MAIN_JOB_RECIPE == recipe
+    assert evaluate.MAIN_JOB_OUTPUT == plot.MAIN_JOB_OUTPUT == output_dir
+    assert plot.PlotArguments().run_dirs == [output_dir]
+    assert output_dir in evaluate.EvalArguments.__dataclass_fields__["model_name_or_path"].metadata["help"]
