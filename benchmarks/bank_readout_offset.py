@@ -91,7 +91,8 @@ def main() -> None:
         completions = [r["completion_ids"][:length] or [tokenizer.eos_token_id] for r in rows]
         texts = [[{"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}]
                  for ids in completions]
-        rewards = torch.tensor([float(x or 0.0) for x in math_reward(completions=texts, answer=[r["answer"] for r in rows])])
+        graded = math_reward(completions=texts, answer=[r["answer"] for r in rows])
+        rewards = torch.tensor([float(x or 0.0) for x in graded])
         readouts = []
         for first in range(0, len(rows), 8):  # clean readouts, 8 rows per forward
             batch = range(first, min(first + 8, len(rows)))
@@ -106,7 +107,8 @@ def main() -> None:
                 p[j, p_len - len(ids):], pm[j, p_len - len(ids):] = torch.tensor(ids), 1
                 c[j, : len(completions[i])], cm[j, : len(completions[i])] = torch.tensor(completions[i]), 1
             _, read = steerer.score(p, pm, c, cm, torch.zeros(len(batch), dtype=torch.long),
-                                    torch.zeros(0, model.config.hidden_size), temperature=1.0, readout_fraction=FRACTION)
+                                    torch.zeros(0, model.config.hidden_size), temperature=1.0,
+                                    readout_fraction=FRACTION)
             readouts.append(read)
         clean = torch.cat(readouts)
         bank = SteeringVectorBank(clean.shape[1], NUM_VECTORS, pca_dim=64, kmeans_n_init=16, seed=SEED, num_threads=1)
@@ -124,7 +126,8 @@ def main() -> None:
             for _ in range(args.draws):
                 routes = torch.zeros(len(rows), dtype=torch.long)
                 for members in groups.values():  # one rollout per route, which one drawn at random
-                    routes[torch.tensor(members)] = torch.randperm(len(members), generator=generator) % (NUM_VECTORS + 1)
+                    draw = torch.randperm(len(members), generator=generator) % (NUM_VECTORS + 1)
+                    routes[torch.tensor(members)] = draw
                 draws.append(offset_shares(clean, ALPHA * table[routes], pairs))
             entry.update({key: sum(d[key] for d in draws) / len(draws) for key in draws[0]})
             entry["num_pairs"] = len(pairs)

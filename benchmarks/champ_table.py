@@ -52,7 +52,8 @@ def main() -> None:
     for row in stats["teachers"]:
         direct = per_teacher.get(row["teacher"], [])
         direct_accuracy = 100.0 * sum(direct) / len(direct) if direct else float("nan")
-        print(f"| {row['teacher']} | {row['judged']} | {row['valid']} | {row['accuracy']:.1f}% | {direct_accuracy:.1f}% |")
+        print(f"| {row['teacher']} | {row['judged']} | {row['valid']} | {row['accuracy']:.1f}% "
+              f"| {direct_accuracy:.1f}% |")
     print(f"\noffline set: {dataset['train'].num_rows} train + {dataset['test'].num_rows} test problems; "
           f"{stats['without_valid']} problems without a valid trajectory")
 

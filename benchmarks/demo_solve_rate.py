@@ -193,7 +193,8 @@ def main() -> None:
     lines = [f"# Embedded policy on CHAMP training problems (pass@{args.k}, temperature {args.temperature})", "",
              f"{len({r['problem_id'] for r in rows})} problems x {args.k} samples, generated with at most "
              f"{args.max_new_tokens} new tokens; {record['date']}.", "",
-             "| tokens | problems solved at least once | correct samples | finished (EOS) samples |", "|---|---|---|---|"]
+             "| tokens | problems solved at least once | correct samples | finished (EOS) samples |",
+             "|---|---|---|---|"]
     for length, rates in graded.items():
         solved = sum(1 for r in rates.values() if r["correct"])
         correct = sum(r["correct"] for r in rates.values())

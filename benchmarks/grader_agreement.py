@@ -58,7 +58,8 @@ def _default_call(function: ast.FunctionDef) -> tuple[bool, dict[str, object]]:
         name = getattr(node.func, "id", None) if isinstance(node, ast.Call) else None
         if name == "compare_strings":
             keywords = {k.arg: k.value for k in node.keywords}
-            match_types = ast.literal_eval(keywords.pop("match_types")) if "match_types" in keywords else _DEFAULT_MATCH_TYPES
+            match_types = (ast.literal_eval(keywords.pop("match_types")) if "match_types" in keywords
+                           else _DEFAULT_MATCH_TYPES)
             if match_types != _DEFAULT_MATCH_TYPES or set(keywords) - set(_DEFAULT_KEYWORDS):
                 return False, {}
             per_case = {}
@@ -70,7 +71,8 @@ def _default_call(function: ast.FunctionDef) -> tuple[bool, dict[str, object]]:
             return True, per_case
         if name == "verify":
             plain = not node.keywords and all(
-                isinstance(a, ast.Call) and getattr(a.func, "id", None) == "parse" and len(a.args) == 1 and not a.keywords
+                isinstance(a, ast.Call) and getattr(a.func, "id", None) == "parse" and len(a.args) == 1
+                and not a.keywords
                 for a in node.args
             )
             return plain, {}

@@ -35,7 +35,8 @@ def make_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
             "ascii": (f"2^({abs(a)}+n)", f"2^{{{abs(c)}+n}}"),
         }[kind]
         filler = "Let us compute step by step. " * rng.randint(5, 40)
-        text = f"{filler}Therefore, the answer is {c}." if answer is None else f"{filler}So the answer is $\\boxed{{{answer}}}$."
+        text = (f"{filler}Therefore, the answer is {c}." if answer is None
+                else f"{filler}So the answer is $\\boxed{{{answer}}}$.")
         completions.append(text)
         golds.append(gold)
     return completions, golds
@@ -60,7 +61,8 @@ def main() -> None:
             assert verdicts == reference, "the verdicts depend on the number of workers"
     one, two = statistics.median(times[1]), statistics.median(times[2])
     print(f"{args.n} completions, {sum(reference)} correct; median of {args.repeats} rounds")
-    print(f"1 worker : {one:.2f} s ({1000 * one / args.n:.2f} ms per completion), min-max {min(times[1]):.2f}-{max(times[1]):.2f}")
+    print(f"1 worker : {one:.2f} s ({1000 * one / args.n:.2f} ms per completion), "
+          f"min-max {min(times[1]):.2f}-{max(times[1]):.2f}")
     print(f"2 workers: {two:.2f} s, min-max {min(times[2]):.2f}-{max(times[2]):.2f}")
     print(f"ratio 2 workers / 1 worker: {two / one:.3f} (target <= 0.6)")
 

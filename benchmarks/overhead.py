@@ -8,7 +8,8 @@ are pinned, to 1 by default, which a shared host disturbs least).
 Variants (same seed, data, model initialisation and config; only the trainer class / switches differ):
 
 * ``grpo``:           TRL ``GRPOTrainer``, reward ``trl_explore.math_reward``.
-* ``oger_off``:       ``OGERTrainer`` with both OGER parts off (``num_replacements=0``, ``use_exploration_reward=False``).
+* ``oger_off``:       ``OGERTrainer`` with both OGER parts off (``num_replacements=0``,
+  ``use_exploration_reward=False``).
 * ``oger_noreward``:  ``OGERTrainer`` with replacement kept and the OGER reward off (``use_exploration_reward=False``).
 * ``oger_full``:      ``OGERTrainer`` with its defaults (replacement + OGER reward). The embedder's precision follows
                       the training precision (``embedding_dtype="auto"``): float32 in the CPU benchmark.
@@ -372,7 +373,8 @@ def machine_info() -> dict:
     import trl
 
     info = {
-        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip() or os.cpu_count()),
+        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
+                     or os.cpu_count()),
         "cpu": cpu, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "transformers": transformers.__version__, "trl": trl.__version__, "python": platform.python_version(),
     }
@@ -390,8 +392,8 @@ def markdown(results: dict) -> str:
     lines = [
         f"# OGER / ASE per-step overhead vs TRL GRPOTrainer ({'CPU' if device == 'cpu' else device.upper()})",
         "",
-        (f"Machine: {gpu}{m['nproc']} CPU cores (`nproc`), {m['cpu']}; torch {m['torch']} ({m['torch_threads']} threads), "
-        f"transformers {m['transformers']}, TRL {m['trl']}, Python {m['python']}."),
+        (f"Machine: {gpu}{m['nproc']} CPU cores (`nproc`), {m['cpu']}; torch {m['torch']} "
+         f"({m['torch_threads']} threads), transformers {m['transformers']}, TRL {m['trl']}, Python {m['python']}."),
         "",
         f"Command: `{results['command']}`; total wall time {results['total_wall_s']:.0f} s.",
         "",
@@ -426,8 +428,8 @@ def markdown(results: dict) -> str:
         if any(peaks.values()):
             lines += ["", "Peak GPU memory allocated (GiB, max over runs): " + ", ".join(
                 f"{v} {max(p):.1f}" for v, p in peaks.items() if p) + "."]
-        lines += ["", "| ratio (SPEC §7) | step_time | per-repeat min-max | wall | per-repeat min-max | target | met (step_time) |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| ratio (SPEC §7) | step_time | per-repeat min-max | wall | per-repeat min-max | target "
+                  "| met (step_time) |", "|---|---|---|---|---|---|---|"]
         for t in res["targets"]:
             s, w = t["step_time"], t["wall"]
             lines.append(
@@ -457,8 +459,8 @@ def markdown(results: dict) -> str:
             fractions = oger_phase_fractions(res["runs"], variant)
             if not fractions:
                 continue
-            lines += ["", (f"OGER's added phases in the `{variant}` run, as a fraction of the GRPO step time of the same "
-                      "repeat (median and min-max over repeats; target on SmolLM2: total <= "
+            lines += ["", (f"OGER's added phases in the `{variant}` run, as a fraction of the GRPO step time of "
+                      "the same repeat (median and min-max over repeats; target on SmolLM2: total <= "
                       f"{OGER_PHASE_TARGET:.0%}):"), "", "| OGER phase | / GRPO step | min-max |", "|---|---|---|"]
             for name in [*sorted(k for k in fractions if k != "total"), "total"]:
                 f = fractions[name]

@@ -1,9 +1,9 @@
 """Where ASE-GRPO's rollout time goes, next to a plain GRPO rollout (CPU).
 
 Run (package installed; CPU only, offline):
-``python benchmarks/rollout_profile.py [--model embedded|tiny] [--repeats 5] [--out benchmarks/results/rollout_profile_cpu]``
-(about 4-5 minutes on 2 CPU cores with SmolLM2-135M-Instruct, 16 rollouts of 48 tokens as in ``overhead.py``;
-a minute with ``--model tiny``).
+``python benchmarks/rollout_profile.py [--model embedded|tiny] [--repeats 5]
+[--out benchmarks/results/rollout_profile_cpu]`` (about 4-5 minutes on 2 CPU cores with SmolLM2-135M-Instruct,
+16 rollouts of 48 tokens as in ``overhead.py``; a minute with ``--model tiny``).
 
 One rollout is one call of the trainer's ``_generate_single_turn`` (TRL's HF ``generate`` path, which is what
 ``transformers.generate`` times in ``overhead.py``) on the same prompts. Four variants run interleaved,
@@ -80,8 +80,8 @@ def main():
                    help="output path without suffix (.json and .md are written)")
     a = p.parse_args()
 
-    from trl_explore.ase.steering import ActivationSteeringGenerator
     from trl_explore.ase.recording import SampledTokenLogProbs as _SampledTokenLogProbs
+    from trl_explore.ase.steering import ActivationSteeringGenerator
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -253,7 +253,8 @@ def run_components(cfg: dict, tokenizer, log) -> dict:
                 del encoders[name]  # free the memory of the big random models
         out["entropy"] = measure_entropy(len(tokenizer), grid, cfg["repeats"], log)
         minilm = encoders.get("minilm") or make_encoder("minilm", work_dir)
-        dims = sorted({384} | {bench_models.EMBEDDER_SHAPES[e]["hidden_size"] for e in cfg["embedders"] if e != "minilm"})
+        dims = sorted({384} | {bench_models.EMBEDDER_SHAPES[e]["hidden_size"] for e in cfg["embedders"]
+                               if e != "minilm"})
         group_points = sorted({(n, m, l_ref, 384) for n in gens for m in teachers}
                               | {(n_ref, m, l_ref, d) for m in teachers for d in dims}
                               | {(n_ref, m_ref, length, 384) for length in lengths})
@@ -300,7 +301,8 @@ def step_summary(row: dict) -> dict:
     grpo, oger = statistics.median(times("grpo")), statistics.median(times("oger_full"))
     reps = sorted({r["repeat"] for r in row["runs"]})
     per_rep = [statistics.mean(times("oger_full", k)) / statistics.mean(times("grpo", k)) for k in reps]
-    encode = [r["phases"].get("oger: encoder.encode (online)", 0.0) for r in row["runs"] if r["variant"] == "oger_full"]
+    encode = [r["phases"].get("oger: encoder.encode (online)", 0.0) for r in row["runs"]
+              if r["variant"] == "oger_full"]
     return {"N": row["N"], "L": row["L"], "grpo": grpo, "oger_full": oger, "ratio": oger / grpo,
             "ratio_min": min(per_rep), "ratio_max": max(per_rep), "encode_in_step": statistics.median(encode)}
 
@@ -323,7 +325,8 @@ def run_bank(cfg: dict, repeats: int, log) -> list[dict]:
         seconds = timed(lambda bank=bank, x=activations, ids=problem_ids, y=rewards: bank.update(x, ids, y),
                         repeats, warmup=0)
         rows.append({"d": d, "pairs": pairs, "K": k, "first": first, "seconds": seconds})
-        log(f"bank d={d:5d} pairs={pairs:5d} K={k}: {statistics.median(seconds) * 1e3:8.1f} ms (first {first * 1e3:.0f} ms)")
+        log(f"bank d={d:5d} pairs={pairs:5d} K={k}: {statistics.median(seconds) * 1e3:8.1f} ms "
+            f"(first {first * 1e3:.0f} ms)")
     return rows
 
 
@@ -400,7 +403,8 @@ def markdown(results: dict) -> str:
                      f"{step['ratio']:.3f} ({step['ratio_min']:.3f}-{step['ratio_max']:.3f})" if step else ""]
             cells += [_ms(est[e]["embed"]) if est[e] else "" for e in embedders]
             cells += [_ms(anyest["H_last"]) if anyest else "", _ms(anyest["group"]) if anyest else ""]
-            cells += [(f"{est[e]['total'] * 1e3:.0f} ms" + (f" = {100 * est[e]['total'] / step['grpo']:.1f}%" if step else ""))
+            cells += [(f"{est[e]['total'] * 1e3:.0f} ms"
+                       + (f" = {100 * est[e]['total'] / step['grpo']:.1f}%" if step else ""))
                       if est[e] else "" for e in embedders]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -422,9 +426,11 @@ def markdown(results: dict) -> str:
             lines.append(f"| {r['N']} | {r['M']} | {r['L']} | {r['dim']} | "
                          + " | ".join(f"{_med(r, c) * 1e6:.0f}" for c in COMPONENTS[1:]) + " |")
         lines += ["", "## Last-token entropy hook (ms per step: L log-softmax tables of [N, 49152])", "",
-                  "| N \\ L | " + " | ".join(str(x) for x in cfg["lengths"]) + " |", "|" + "---|" * (1 + len(cfg["lengths"]))]
+                  "| N \\ L | " + " | ".join(str(x) for x in cfg["lengths"]) + " |",
+                  "|" + "---|" * (1 + len(cfg["lengths"]))]
         for n in cfg["generations"]:
-            lines.append(f"| {n} | " + " | ".join(_ms(_med(_find(comp["entropy"], N=n, L=x))) for x in cfg["lengths"]) + " |")
+            lines.append(f"| {n} | " + " | ".join(_ms(_med(_find(comp["entropy"], N=n, L=x))) for x in cfg["lengths"])
+                         + " |")
         lines.append("")
     if results.get("steps_summary"):
         lines += ["## Full training steps (tiny model, GRPO vs OGER full, interleaved)", "",
@@ -527,7 +533,8 @@ def plots(results: dict, out_dir: pathlib.Path, stem: str) -> list[str]:
             for c, color, marker in zip(COMPONENTS[1:], ("tab:blue", "tab:orange", "tab:green", "tab:red"), "os^v"):
                 ax.plot([r["M"] for r in rows], [_med(r, c) * 1e6 for r in rows], color=color, marker=marker,
                         linestyle=linestyle, label=f"{c} (d = {d})")
-        ax.set(xscale="log", yscale="log", xlabel="M (offline trajectories per prompt)", ylabel="microseconds per group",
+        ax.set(xscale="log", yscale="log", xlabel="M (offline trajectories per prompt)",
+               ylabel="microseconds per group",
                title=f"OGER per-group costs vs M (N = {cfg['ref_generations']}, L = {cfg['ref_length']})")
         ax.minorticks_off()
         ax.set_xticks(cfg["teachers"], [str(v) for v in cfg["teachers"]])

@@ -28,6 +28,7 @@ its baseline. Results: ``benchmarks/results/vllm_rollout_cpu.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import multiprocessing
@@ -118,7 +119,8 @@ def main() -> None:
     routes = balanced_uniform_routes(
         args.batch // args.num_generations, args.num_generations, 3, torch.Generator().manual_seed(0)
     )
-    vectors = torch.nn.functional.normalize(torch.randn(3, hidden_size, generator=torch.Generator().manual_seed(1)), dim=1)
+    vectors = torch.randn(3, hidden_size, generator=torch.Generator().manual_seed(1))
+    vectors = torch.nn.functional.normalize(vectors, dim=1)
     vectors = vectors * 4.0  # about the norm of SmolLM2's block-0 contrast vectors
 
     # HF generate lives in a spawned process started before vLLM pins this one's threads
@@ -135,30 +137,34 @@ def main() -> None:
         parent.send("run")
         return parent.recv()
 
-    params = SamplingParams(temperature=1.0, max_tokens=args.tokens, min_tokens=args.tokens, ignore_eos=True, logprobs=0, seed=0)
+    params = SamplingParams(temperature=1.0, max_tokens=args.tokens, min_tokens=args.tokens, ignore_eos=True,
+                            logprobs=0, seed=0)
     vllm_prompts = [{"prompt_token_ids": p} for p in prompts]
     results = {"config": vars(args), "timings": {}, "ratios": {}}
     for mode in [m for m in args.modes.split(",") if m]:
         t0 = time.perf_counter()
         with steerable_vllm(layer=0, max_routes=4):
             llm = LLM(
-                model=path, max_model_len=1024, enforce_eager=mode == "eager", distributed_executor_backend="external_launcher",
-                seed=0, max_num_batched_tokens=4096, logprobs_mode="processed_logprobs",
+                model=path, max_model_len=1024, enforce_eager=mode == "eager",
+                distributed_executor_backend="external_launcher", seed=0, max_num_batched_tokens=4096,
+                logprobs_mode="processed_logprobs",
             )
         results.setdefault("engine_init_s", {})[mode] = time.perf_counter() - t0
         steerer = VLLMActivationSteeringGenerator(llm, layer=0, alpha=args.alpha)
         per_route = VLLMActivationSteeringGenerator(llm, layer=0, alpha=args.alpha, per_request_routes=False)
 
-        def run_vllm():
+        def run_vllm(llm=llm):  # this mode's engine, bound now
             llm.generate(vllm_prompts, params, use_tqdm=False)
 
-        def run_steered(gen=steerer):
+        def run_steered(gen=steerer, llm=llm):
             with gen.steering(routes, vectors):
                 llm.generate(vllm_prompts, params, use_tqdm=False)
             # every forward pass was steered (compiled graphs may count a pass more than once: replayed mutation)
-            assert gen.forward_calls != 0 and gen.hook_calls >= (gen.forward_calls or 1), (gen.hook_calls, gen.forward_calls)
+            assert gen.forward_calls != 0 and gen.hook_calls >= (gen.forward_calls or 1), (
+                gen.hook_calls, gen.forward_calls)
 
-        variants = {"vllm": run_vllm, "vllm_steered": run_steered, "vllm_per_route": lambda: run_steered(per_route)}
+        variants = {"vllm": run_vllm, "vllm_steered": run_steered,
+                    "vllm_per_route": functools.partial(run_steered, per_route)}
         if args.skip_per_route:
             del variants["vllm_per_route"]
         if mode == args.modes.split(",")[0] and not args.skip_hf:
@@ -207,9 +213,9 @@ def main() -> None:
     lines = [
         "# vLLM rollout throughput (CPU)",
         "",
-        f"Machine: {results['machine']}. Policy `{args.model}`, {args.batch} rollouts x {args.tokens} forced new tokens,"
-        f" temperature 1, {args.repeats} interleaved repeats; steering: K=3 routes + clean (balanced), alpha {args.alpha},"
-        " block 0.",
+        f"Machine: {results['machine']}. Policy `{args.model}`, {args.batch} rollouts x {args.tokens} forced new "
+        f"tokens, temperature 1, {args.repeats} interleaved repeats; steering: K=3 routes + clean (balanced), "
+        f"alpha {args.alpha}, block 0.",
         "",
         "| variant | median s | min-max s | tokens/s |",
         "|---|---|---|---|",

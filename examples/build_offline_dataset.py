@@ -92,7 +92,8 @@ class ScriptArguments:
     )
     max_length: int = field(default=8192, metadata={"help": "Keep completions of at most this many policy tokens."})
     system_prompt: str = field(
-        default="default", metadata={"help": "Prompt preset ('oger': Table 6).", "choices": ["default", "oger", "none"]}
+        default="default",
+        metadata={"help": "Prompt preset ('oger': Table 6).", "choices": ["default", "oger", "none"]},
     )
     test_fraction: float = field(default=0.1, metadata={"help": "Fraction of problems held out as test."})
     seed: int = field(default=0, metadata={"help": "Seed of the train/test split."})

@@ -10,8 +10,9 @@
     python examples/evaluate.py --steering_build_from champ:train --steering_num_clusters 3 4 \
         --steering_fractions 0.25 0.5 --steering_alphas 0.25 0.5    # ASE App. D sweep over (K, f, alpha)
 
-`--model_name_or_path main` (the default) is the main job's output folder `outputs/oger-smollm2-champ` when it
-holds a saved model, else the embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
+`--model_name_or_path main` (the default) is the main job's output folder (the `output_dir` of its recipe,
+`recipes/oger_smollm2_ladder_cpu.yaml`: `outputs/oger-smollm2-ladder`) when it holds a saved model, else the
+embedded base SmolLM2 (a warning says so). Writes to `--output_dir`
 (default `outputs/eval/<model>`): `samples.jsonl`, `samples.parquet`, `summary.json`, `results.md`,
 `pass_at_k.png`, and with sweeps `temperature_sweep.json` / `.png` / `temperature_samples.parquet`,
 `steering_sweep.json` / `.md` / `steering_samples.parquet`. Finished batches are kept in `<output_dir>/partial/`
@@ -28,10 +29,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+import yaml
 from trl import TrlParser
 
-MAIN_JOB_OUTPUT = "outputs/oger-smollm2-champ"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
+MAIN_JOB_RECIPE = REPO_ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml"
+MAIN_JOB_OUTPUT = yaml.safe_load(MAIN_JOB_RECIPE.read_text())["output_dir"]
 
 
 @dataclass
@@ -55,10 +59,14 @@ class EvalArguments:
     )
     protocol: str = field(default="demo", metadata={"help": "oger (App. A.2), ase (Tables 1-3) or demo (CPU, k=8)."})
     num_samples: int | None = field(default=None, metadata={"help": "Samples per problem (overrides the protocol)."})
-    temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (overrides the protocol)."})
+    temperature: float | None = field(
+        default=None, metadata={"help": "Sampling temperature (overrides the protocol)."}
+    )
     top_p: float | None = field(default=None, metadata={"help": "Top-p (overrides the protocol)."})
     top_k: int | None = field(default=None, metadata={"help": "Top-k, 0 = off (overrides the protocol)."})
-    max_new_tokens: int | None = field(default=None, metadata={"help": "Completion token cap (overrides the protocol)."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Completion token cap (overrides the protocol)."}
+    )
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems of each benchmark."})
     backend: str = field(default="auto", metadata={"help": "auto (vLLM when installed), vllm or transformers."})
     batch_size: int = field(default=32, metadata={"help": "Rows per generate call (transformers backend)."})
@@ -72,8 +80,8 @@ class EvalArguments:
     output_dir: str | None = field(default=None, metadata={"help": "Output folder (default outputs/eval/<model>)."})
     resume: bool = field(
         default=False,
-        metadata={"help": "Continue a killed run: reuse the batches it finished (kept in <output_dir>/partial/ until the "
-                  "run completes; transformers backend). Without it, a new run starts from scratch."},
+        metadata={"help": "Continue a killed run: reuse the batches it finished (kept in <output_dir>/partial/ "
+                  "until the run completes; transformers backend). Without it, a new run starts from scratch."},
     )
     label: str | None = field(default=None, metadata={"help": "Row label in tables and legends."})
     baseline_dir: str | None = field(
@@ -84,7 +92,8 @@ class EvalArguments:
     )
     sweep_k: int = field(default=8, metadata={"help": "k of the pass@k reported by the temperature sweep."})
     steering_bank: str | None = field(
-        default=None, metadata={"help": "Folder of a saved SteeringVectorBank: inference-time steering sweep over alpha."}
+        default=None,
+        metadata={"help": "Folder of a saved SteeringVectorBank: inference-time steering sweep over alpha."},
     )
     steering_build_from: str | None = field(
         default=None,

@@ -1,6 +1,6 @@
 """Draw the papers' figures for one or more runs, overlaid.
 
-    python examples/plot.py                                   # the main job: outputs/oger-smollm2-champ
+    python examples/plot.py                                   # the main job: outputs/oger-smollm2-ladder
     python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO   # -> outputs/plots/OGER+GRPO/
 
 A RUN_DIR is a training output folder (its `trainer_state.json`, or the latest checkpoint's) and/or an
@@ -15,12 +15,16 @@ inter-cluster alignment, answer disagreement, ...), `pass_at_k.png` (OGER Fig. 3
 
 from __future__ import annotations
 
+import pathlib
 import sys
 from dataclasses import dataclass, field
 
+import yaml
 from trl import TrlParser
 
-MAIN_JOB_OUTPUT = "outputs/oger-smollm2-champ"
+# the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
+MAIN_JOB_RECIPE = pathlib.Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_ladder_cpu.yaml"
+MAIN_JOB_OUTPUT = yaml.safe_load(MAIN_JOB_RECIPE.read_text())["output_dir"]
 
 
 @dataclass

@@ -76,7 +76,8 @@ def after_train(trainer, script_args, dataset):
     lines.append(f"bank in {trainer.args.output_dir}/steering_bank: {trainer.ase.bank}")
     if script_args.measure_rollout_overhead:  # on every process: generation may gather sharded weights
         result = measure_rollout_overhead(trainer, dataset)
-        lines.append("rollout time of one generation batch (s): " + ", ".join(f"{k}={v:.4g}" for k, v in result.items()))
+        lines.append("rollout time of one generation batch (s): "
+                     + ", ".join(f"{k}={v:.4g}" for k, v in result.items()))
     return lines
 
 

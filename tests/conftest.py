@@ -37,3 +37,25 @@ def make_tiny_lm(smollm2_tokenizer):
 def two_cpu_processes():
     """:func:`trl_explore.testing.run_two_cpu_processes`: a script in 2 CPU processes (gloo), with torchrun."""
     return run_two_cpu_processes
+
+
+@pytest.fixture
+def make_summary():
+    """``make_summary(model, {benchmark: (mean, pass@n)}, layout="ase", n=8)``: an evaluation summary as
+    ``trl_explore.evaluation`` writes it (``summary.json``), over any of AIME 2024, MATH-500 (math) and GPQA-D (ood),
+    with its domain averages."""
+    from trl_explore.evaluation import scoring
+
+    domain = {"aime2024": "math", "math500": "math", "gpqa_diamond": "ood"}
+    title = {"aime2024": "AIME 2024", "math500": "MATH-500", "gpqa_diamond": "GPQA-D"}
+
+    def make(model, scores, layout="ase", n=8):
+        benchmarks = {
+            name: {"title": title[name], "domain": domain[name], "mean": m, "pass_at_n": p, "num_samples": n,
+                   "pass_at_k": {"1": m, str(n): p}}
+            for name, (m, p) in scores.items()
+        }  # fmt: skip
+        return {"model": model, "layout": layout, "benchmarks": benchmarks,
+                "averages": scoring.domain_averages(benchmarks)}
+
+    return make

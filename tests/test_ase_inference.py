@@ -15,9 +15,8 @@ FIXTURES = {"aime2024": "aime2024.jsonl"}
 
 
 def test_steering_sweep_on_a_tiny_model(smollm2_tokenizer):
-    from trl_explore.testing import make_tiny_causal_lm
-
     from trl_explore.ase.bank import SteeringVectorBank
+    from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
     generator = TransformersGenerator(model, smollm2_tokenizer, batch_size=8, show_progress=False)
@@ -38,9 +37,8 @@ def test_steering_sweep_on_a_tiny_model(smollm2_tokenizer):
 
 
 def test_readouts_at_fractions_pick_the_response_relative_position(smollm2_tokenizer):
-    from trl_explore.testing import make_tiny_causal_lm
-
     from trl_explore.ase.steering import ActivationSteeringGenerator, find_decoder_layers
+    from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
     prompt = smollm2_tokenizer("Compute 1+1.")["input_ids"]

@@ -10,53 +10,23 @@ import math
 import pandas as pd
 import pytest
 import torch
-from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.ase.bank import SteeringVectorBank
+from trl_explore.testing import (
+    doubling_dataset,
+    make_tiny_causal_lm,
+    parity_reward,
+    run_two_cpu_processes,
+    tiny_ase_args,
+)
 
-NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt
-
-
-def _dataset(num_prompts=2):
-    return Dataset.from_list(
-        [
-            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
-             "problem_id": f"p{i}"}
-            for i in range(num_prompts)
-        ]
-    )
-
-
-def parity_reward(completions, **kwargs):
-    """Synthetic verifier: 'correct' when the completion has an even number of characters."""
-    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
+NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt (trl_explore.testing.tiny_ase_args)
 
 
 def _config(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=NUM_GENERATIONS,  # one prompt per step: the lm_head over 49k tokens dominates
-        num_generations=NUM_GENERATIONS,
-        num_vectors=NUM_VECTORS,
-        pca_dim=8,
-        kmeans_n_init=2,
-        max_completion_length=8,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        log_completions=False,
-        min_pairs_per_cluster=1,  # a few rollouts per step: the mechanics, not the guard against tiny clusters
-    )
-    kwargs.update(overrides)
-    return ASEConfig(**kwargs)
+    return ASEConfig(**tiny_ase_args(tmp_path / "out", **overrides))
 
 
 def _trainer(tmp_path, tokenizer, model_seed=0, callbacks=None, num_prompts=2, **overrides):
@@ -64,7 +34,7 @@ def _trainer(tmp_path, tokenizer, model_seed=0, callbacks=None, num_prompts=2, *
         make_tiny_causal_lm(tokenizer, seed=model_seed),
         reward_funcs=[parity_reward],
         args=_config(tmp_path, **overrides),
-        train_dataset=_dataset(num_prompts),
+        train_dataset=doubling_dataset(num_prompts),
         processing_class=tokenizer,
         callbacks=callbacks,
     )
@@ -131,7 +101,8 @@ def _instrument(trainer, monkeypatch):
         advantages = weigh(call)
         if advantages is not call.advantages:  # the advantages TRL's objective gets: A * w (the driver's batch copy)
             before = call.inputs["advantages"].clone()
-            rec["weights"].append({"before": before, "after": advantages.clone(), "routes": call.inputs["ase_route"].clone()})
+            rec["weights"].append({"before": before, "after": advantages.clone(),
+                                   "routes": call.inputs["ase_route"].clone()})
         return advantages
 
     monkeypatch.setattr(bank, "update", spy_update)
@@ -242,7 +213,8 @@ def test_is_weighted_loss_matches_reference(tmp_path, smollm2_tokenizer, loss_ty
     g = torch.Generator().manual_seed(0)
     prompt_ids = torch.randint(100, 1000, (6, 3), generator=g)
     completion_ids = torch.randint(100, 1000, (6, 4), generator=g)
-    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0],
+                                    [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
     advantages = torch.tensor([1.0, -0.5, 2.0, -1.5, 0.7, -0.9])
     routes = torch.tensor([0, 0, 1, 1, 2, 2])
     with torch.no_grad():  # independent reference: a plain forward and the formulas
@@ -295,7 +267,7 @@ def test_eval_never_steers(tmp_path, smollm2_tokenizer, monkeypatch):
     state["active"] = 3.0 * torch.randn(NUM_VECTORS, trainer.ase.bank.hidden_size)  # a strong active bank
     trainer.ase.bank.load_state_dict(state)
     rec = _instrument(trainer, monkeypatch)
-    metrics = trainer.evaluate(eval_dataset=_dataset())
+    metrics = trainer.evaluate(eval_dataset=doubling_dataset())
     assert rec["steering"] == [] and all(torch.all(g["ase_route"] == 0) for g in rec["generations"])
     assert "sampling_per_token_logps" not in rec["generations"][0]
     assert "eval_ase/route_0_accuracy" in metrics and "eval_ase/route_1_accuracy" not in metrics
@@ -368,7 +340,8 @@ def test_resume_restores_bank_and_matches_uninterrupted_run(tmp_path, smollm2_to
 
 @pytest.mark.slow
 def test_unstructured_random_control_steers_every_rollout(tmp_path, smollm2_tokenizer, monkeypatch):
-    trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1, steering_alpha=4.0)
+    trainer = _trainer(tmp_path, smollm2_tokenizer, bank_control="unstructured_random", max_steps=1,
+                       steering_alpha=4.0)
     rec = _instrument(trainer, monkeypatch)
     trainer.train()
     assert rec["updates"] == [] and trainer.ase.bank.vectors is None
@@ -437,19 +410,18 @@ _TWO_PROCESS_SCRIPT = '''
 import json, sys
 from pathlib import Path
 
-sys.path.insert(0, {tests_dir!r})
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
-from test_ase_trainer import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 
-from trl_explore import ASEGRPOTrainer
+from trl_explore import ASEConfig, ASEGRPOTrainer
 from trl_explore.defaults import default_policy_path
+from trl_explore.testing import doubling_dataset, make_tiny_causal_lm, parity_reward, tiny_ase_args
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
-args = _config(out, per_device_train_batch_size=3, max_steps=3)  # each group of 6 is split over the 2 processes
+# each group of 6 is split over the 2 processes
+args = ASEConfig(**tiny_ase_args(out / "out", per_device_train_batch_size=3, max_steps=3))
 trainer = ASEGRPOTrainer(make_tiny_causal_lm(tokenizer), reward_funcs=[parity_reward], args=args,
-                         train_dataset=_dataset(), processing_class=tokenizer)
+                         train_dataset=doubling_dataset(), processing_class=tokenizer)
 routes = []
 original = trainer._generate_and_score_completions
 
@@ -464,20 +436,19 @@ trainer._generate_and_score_completions = spy
 trainer.train()
 rank = trainer.accelerator.process_index
 bank = trainer.ase.bank
-(out / f"rank{{rank}}.json").write_text(json.dumps({{
+(out / f"rank{rank}.json").write_text(json.dumps({
     "routes": routes, "vectors": None if bank.vectors is None else bank.vectors.tolist(),
     "num_updates": bank.num_updates, "diagnostics": trainer.ase.bank_diagnostics,
-}}))
+}))
 '''
 
 
 @pytest.mark.slow
 def test_two_processes_share_one_bank_and_balanced_routes(tmp_path):
     import json
-    from pathlib import Path
 
     script = tmp_path / "ase_two_process.py"
-    script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
+    script.write_text(_TWO_PROCESS_SCRIPT)
     result = run_two_cpu_processes(script, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
+from trl_explore.data import build_cache as V
 from trl_explore.data import builder as B
 from trl_explore.data import filters
-from trl_explore.data import build_cache as V
 from trl_explore.data.sources import ProblemRecord
 
 RECORDS = [

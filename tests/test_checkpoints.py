@@ -17,8 +17,15 @@ from datasets import Dataset
 from safetensors.torch import save_file
 from trl import GRPOConfig
 
-from trl_explore.checkpoints import (RECORD_NAME, compare_run_records, file_problem, inspect_checkpoint, inspect_run,
-                                     list_files, write_record)
+from trl_explore.checkpoints import (
+    RECORD_NAME,
+    compare_run_records,
+    file_problem,
+    inspect_checkpoint,
+    inspect_run,
+    list_files,
+    write_record,
+)
 from trl_explore.driver import ExplorationTrainer
 from trl_explore.testing import make_tiny_causal_lm, parity_reward, run_in_session, run_two_cpu_processes
 

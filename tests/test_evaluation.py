@@ -153,7 +153,8 @@ def test_pairwise_disagreement_bad_inputs():
 def test_registry_names_and_aliases():
     assert set(FIXTURES) | {"champ", "ladder"} == set(bm.BENCHMARKS)
     for alias, name in [("AIME 2024", "aime2024"), ("aime25", "aime2025"), ("MATH-500", "math500"),
-                        ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"), ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
+                        ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"),
+                        ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
         assert bm.benchmark_spec(alias).name == name
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'.*aime2024"):
         bm.benchmark_spec("gsm9k")
@@ -312,9 +313,8 @@ def test_grading_and_aggregation_on_scripted_completions(tmp_path):
 
 
 def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
-    from trl_explore.testing import make_tiny_causal_lm
-
     from trl_explore.rewards.math_verify_reward import verify_answer
+    from trl_explore.testing import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(smollm2_tokenizer).eval()
     records, summary = runner.evaluate(
@@ -338,7 +338,8 @@ def test_runner_end_to_end_on_a_tiny_model(smollm2_tokenizer, tmp_path):
         per_problem = {}
         for r in rows:
             per_problem.setdefault(r["problem_id"], []).append(r["correct"])
-        assert summary["benchmarks"][name]["mean"] == pytest.approx(np.mean([np.mean(v) for v in per_problem.values()]))
+        mean_of_means = np.mean([np.mean(v) for v in per_problem.values()])
+        assert summary["benchmarks"][name]["mean"] == pytest.approx(mean_of_means)
     assert set(summary["averages"]) == {"math", "ood"}
 
     out = results.save_run(tmp_path / "run", records, summary, label="tiny")
@@ -371,20 +372,9 @@ def test_empty_or_broken_results_files_give_clear_errors(tmp_path):
         results.load_summary(tmp_path / "missing")
 
 
-def _summary(model, scores, layout="ase", n=8):
-    domain = {"aime2024": "math", "math500": "math", "gpqa_diamond": "ood"}
-    title = {"aime2024": "AIME 2024", "math500": "MATH-500", "gpqa_diamond": "GPQA-D"}
-    benchmarks = {
-        name: {"title": title[name], "domain": domain[name], "mean": m, "pass_at_n": p, "num_samples": n,
-               "pass_at_k": {"1": m, str(n): p}}
-        for name, (m, p) in scores.items()
-    }  # fmt: skip
-    return {"model": model, "layout": layout, "benchmarks": benchmarks, "averages": scoring.domain_averages(benchmarks)}
-
-
-def test_results_table_layouts_and_deltas():
-    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
-    ours = _summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
+def test_results_table_layouts_and_deltas(make_summary):
+    base = make_summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7), "gpqa_diamond": (0.25, 0.5)})
+    ours = make_summary("OGER", {"aime2024": (0.2, 0.4), "math500": (0.55, 0.8), "gpqa_diamond": (0.25, 0.75)})
     table = results.results_table({"GRPO": base, "OGER": ours}, baseline="GRPO")
     lines = table.splitlines()
     assert lines[0] == "| Model | AIME 2024 | MATH-500 | GPQA-D | Math Avg. | OOD Avg. |"
@@ -427,7 +417,8 @@ def _write_trainer_state(folder: pathlib.Path, history: list[dict]) -> pathlib.P
 
 def test_load_log_history_merges_steps_and_finds_checkpoints(tmp_path):
     history = [{"step": 1, "entropy": 1.5, "reward": 0.1}, {"step": 1, "eval_reward": 0.3},
-               {"step": 2, "entropy": 1.25, "reward": 0.2}, {"step": 2, "train_runtime": 9.0, "train_loss": 0.1}]  # fmt: skip
+               {"step": 2, "entropy": 1.25, "reward": 0.2},
+               {"step": 2, "train_runtime": 9.0, "train_loss": 0.1}]  # fmt: skip
     _write_trainer_state(tmp_path / "run" / "checkpoint-2", history)
     _write_trainer_state(tmp_path / "run" / "checkpoint-1", history[:1])
     frame = plots.load_log_history(tmp_path / "run")
@@ -480,16 +471,17 @@ def test_training_dynamics_plots_have_the_expected_lines(tmp_path):
         plots.plot_training_dynamics(ase, [plots.OGER_PANELS[0]])
 
 
-def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
-    base = _summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
-    ours = _summary("OGER", {"aime2024": (0.2, 0.4)})
+def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch, make_summary):
+    base = make_summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
+    ours = make_summary("OGER", {"aime2024": (0.2, 0.4)})
     fig = plots.plot_pass_at_k({"GRPO": base, "OGER": ours}, tmp_path / "pk.png")
     assert _lines_per_panel(fig) == {"AIME 2024: pass@k": 2, "MATH-500: pass@k": 1}
     assert (tmp_path / "pk.png").stat().st_size > 5_000
     with pytest.raises(ValueError, match=r"no run evaluated \['amc'\]"):
         plots.plot_pass_at_k({"GRPO": base}, benchmarks=["amc"])
     sweep = {"k": 8, "temperatures": [0.1, 0.5, 1.0], "average": [0.2, 0.3, 0.25]}
-    fig = plots.plot_temperature_sweep({"OGER": sweep, "GRPO": {**sweep, "average": [0.1, 0.2, 0.1]}}, tmp_path / "t.png")
+    fig = plots.plot_temperature_sweep({"OGER": sweep, "GRPO": {**sweep, "average": [0.1, 0.2, 0.1]}},
+                                       tmp_path / "t.png")
     assert len(fig.axes[0].get_lines()) == 2 and (tmp_path / "t.png").stat().st_size > 5_000
 
     train = _write_trainer_state(tmp_path / "train", _oger_history(1.0))
@@ -499,13 +491,15 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
     (evaluation / "temperature_sweep.json").write_text(json.dumps(sweep))
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("plot_example", pathlib.Path(__file__).parents[1] / "examples" / "plot.py")
+    script = pathlib.Path(__file__).parents[1] / "examples" / "plot.py"
+    spec = importlib.util.spec_from_file_location("plot_example", script)
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "plot_example", example)  # dataclasses resolve annotations there
     spec.loader.exec_module(example)
     assert example.positional_to_flags([str(train), str(evaluation), "--smooth", "2"]) == [
         "--run_dirs", str(train), str(evaluation), "--smooth", "2"]  # fmt: skip
-    written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)], output_dir=str(tmp_path / "out")))
+    written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)],
+                                                 output_dir=str(tmp_path / "out")))
     assert sorted(p.name for p in written) == ["pass_at_k.png", "temperature_sweep.png", "training_dynamics.png",
                                                "training_dynamics_oger.png"]
     assert all(p.stat().st_size > 5_000 for p in written)
@@ -513,10 +507,10 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch):
         plots.plot_runs([tmp_path / "out"], tmp_path / "none")
 
 
-def test_plots_read_well_for_small_and_all_zero_runs(tmp_path):
+def test_plots_read_well_for_small_and_all_zero_runs(tmp_path, make_summary):
     """All-zero pass@k on the full 0-100 scale; a single logged step as a marker on integer ticks; routes with
     equal values drawn with different markers and sizes; no internal document cited in titles."""
-    zero = _summary("demo", {"aime2024": (0.0, 0.0)})
+    zero = make_summary("demo", {"aime2024": (0.0, 0.0)})
     fig = plots.plot_pass_at_k({"demo": zero}, tmp_path / "pk.png")
     assert fig.axes[0].get_ylim() == (-3, 103) and list(fig.axes[0].get_yticks()) == [0, 20, 40, 60, 80, 100]
 
@@ -587,3 +581,29 @@ def test_distinct_answer_fraction():
     assert distinct_answer_fraction(["4", "4", "4"], 3) == 0.0
     with pytest.raises(ValueError, match="positive multiple"):
         distinct_answer_fraction(["4"], 2)
+
+
+def _load_example(name: str, monkeypatch):
+    import importlib.util
+
+    script = pathlib.Path(__file__).parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_example", script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, f"{name}_example", module)  # dataclasses resolve annotations there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluate_and_plot_default_to_the_main_jobs_output_dir(monkeypatch):
+    """examples/evaluate.py's ``main`` and examples/plot.py's default run are the folder the main job writes: the
+    ``output_dir`` of examples/train_oger.py's default recipe."""
+    import yaml
+
+    recipe = _load_example("train_oger", monkeypatch).RECIPE
+    output_dir = yaml.safe_load(recipe.read_text())["output_dir"]
+    assert output_dir == "outputs/oger-smollm2-ladder"
+    evaluate, plot = _load_example("evaluate", monkeypatch), _load_example("plot", monkeypatch)
+    assert evaluate.MAIN_JOB_RECIPE == plot.MAIN_JOB_RECIPE == recipe
+    assert evaluate.MAIN_JOB_OUTPUT == plot.MAIN_JOB_OUTPUT == output_dir
+    assert plot.PlotArguments().run_dirs == [output_dir]
+    assert output_dir in evaluate.EvalArguments.__dataclass_fields__["model_name_or_path"].metadata["help"]

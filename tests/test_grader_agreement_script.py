@@ -15,7 +15,8 @@ def load_script():
 
 # A made-up test folder in the shape of Math-Verify's: a helper with settings, tests that use it in several ways.
 HELPER = '''
-def compare_strings(gold, pred, match_types=["latex", "expr"], precision=6, strict=True, allow_set_relation_comp=False):
+def compare_strings(gold, pred, match_types=["latex", "expr"], precision=6, strict=True,
+                    allow_set_relation_comp=False):
     return 1
 '''
 TESTS = '''

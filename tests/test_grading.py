@@ -70,7 +70,7 @@ def test_grader_classes_against_math_verify(gold, completion, expected, referenc
 def test_each_guard_switches_off_alone(guard):
     cases = [c for c in CLASS_CASES if c[4] == guard]
     others = GraderOptions(guards=frozenset(GUARDS) - {guard})
-    for gold, completion, expected, reference, _ in cases:
+    for gold, completion, _, reference, _ in cases:
         assert grade(completion, gold) is False
         assert grade(completion, gold, others) is reference  # Math-Verify's verdict comes back
     if guard == "chained_equality":
@@ -84,7 +84,7 @@ def test_each_guard_switches_off_alone(guard):
 
 def test_recall_switches_off():
     no_recall = GraderOptions(recall=False)
-    for gold, completion, expected, reference, why in CLASS_CASES:
+    for gold, completion, _, _, why in CLASS_CASES:
         if why == "recall":
             assert grade(completion, gold, no_recall) is False
 
@@ -120,19 +120,23 @@ def answer_pairs(draw):
         "set": lambda x, y: (rf"\{{{x}, {x + y}\}}", rf"\{{{x + y}, {x}\}}"),
         "tuple": lambda x, y: (f"({x}, {y})", f"({x},{y})"),
         "equation": lambda x, y: (f"x = {x}", f"x={x}"),
-        "matrix": lambda x, y: (rf"\begin{{pmatrix}} {x} & {y} \end{{pmatrix}}", rf"\begin{{pmatrix}}{x}&{y}\end{{pmatrix}}"),
+        "matrix": lambda x, y: (rf"\begin{{pmatrix}} {x} & {y} \end{{pmatrix}}",
+                                rf"\begin{{pmatrix}}{x}&{y}\end{{pmatrix}}"),
         "sqrt": lambda x, y: (rf"{y}\sqrt{{{abs(x) + 2}}}", rf"{y} \sqrt{{{abs(x) + 2}}}"),
         "several_boxes": lambda x, y: (f"{x}, {x + y}", None),
     }[kind]
     gold_latex, _ = render(a, b)
     _, predicted_latex = render(a2, b2)
-    gold = draw(st.sampled_from([f"${gold_latex}$", gold_latex if kind in ("integer", "decimal") else f"${gold_latex}$"]))
+    bare_gold = gold_latex if kind in ("integer", "decimal") else f"${gold_latex}$"
+    gold = draw(st.sampled_from([f"${gold_latex}$", bare_gold]))
     if kind == "several_boxes":
         completion = rf"The solutions are \boxed{{{a2}}} and \boxed{{{a2 + b2}}}."
     else:
         wrapper = draw(st.sampled_from([
-            "{}", "$\\boxed{{{}}}$", "The final answer is ${}$.", "Work... so the answer is \\boxed{{{}}}. I hope it is correct.",
-            "Final Answer: $\\boxed{{{}}}$", "**Answer:** ${}$", "Thus \\[ {} \\]", "we find $y = 3$ and then \\boxed{{{}}}",
+            "{}", "$\\boxed{{{}}}$", "The final answer is ${}$.",
+            "Work... so the answer is \\boxed{{{}}}. I hope it is correct.",
+            "Final Answer: $\\boxed{{{}}}$", "**Answer:** ${}$", "Thus \\[ {} \\]",
+            "we find $y = 3$ and then \\boxed{{{}}}",
         ]))  # fmt: skip
         completion = wrapper.format(predicted_latex)
     return gold, completion

@@ -13,6 +13,7 @@ import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trl_explore.oger.reward import OGERRewardFunction
 from trl_explore.rewards.grading import GUARDS, GraderOptions, grade
 from trl_explore.rewards.guards import (
     is_plain_number,
@@ -24,7 +25,6 @@ from trl_explore.rewards.guards import (
     single_valued,
 )
 from trl_explore.rewards.math_verify_reward import MathVerifyReward, grade_batch
-from trl_explore.oger.reward import OGERRewardFunction
 
 CASES = [json.loads(line) for line in (pathlib.Path(__file__).parent / "data" / "grading_adversarial.jsonl").open()]
 NEW_GUARDS = ("hedge", "unterminated", "retraction", "prompt_echo", "mixed_number")

@@ -5,27 +5,29 @@ import math
 import pytest
 import torch
 
-from trl_explore.testing import make_tiny_causal_lm
-from test_oger_trainer import _config as oger_config
-from test_oger_trainer import _dataset as oger_dataset
-from trl_explore import ASEConfig, OGERTrainer
+from trl_explore import ASEConfig, OGERConfig, OGERTrainer
 from trl_explore.rewards.checks import check_finite_rewards, non_binary_values, not_scored_counts
+from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
+
+
+def _oger_config(tmp_path, **overrides):
+    return OGERConfig(**tiny_oger_args(tmp_path / "out", **overrides))
 
 
 @pytest.mark.parametrize("empty", ["", "   \n"])
 def test_empty_offline_trajectory_is_refused_naming_the_row(tmp_path, smollm2_tokenizer, empty):
-    rows = oger_dataset().to_list()
+    rows = teacher_math_dataset().to_list()
     rows[1]["offline_completions"] = [empty]
     with pytest.raises(ValueError, match="training row 1: offline trajectory 0 of 'offline_completions' is empty"):
-        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=oger_config(tmp_path), train_dataset=rows,
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_oger_config(tmp_path), train_dataset=rows,
                     processing_class=smollm2_tokenizer)
 
 
 def test_every_row_is_checked_not_only_the_first_64(tmp_path, smollm2_tokenizer):
-    rows = oger_dataset().to_list() * 40  # 80 rows
+    rows = teacher_math_dataset().to_list() * 40  # 80 rows
     rows[70] = {**rows[70], "offline_completions": [None]}
     with pytest.raises(ValueError, match="training row 70: offline trajectory 0 .* is NoneType"):
-        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=oger_config(tmp_path), train_dataset=rows,
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_oger_config(tmp_path), train_dataset=rows,
                     processing_class=smollm2_tokenizer)
 
 
@@ -49,8 +51,8 @@ def test_an_infinite_reward_stops_training_naming_the_function(tmp_path, smollm2
     from trl_explore.rewards.math_verify_reward import math_reward
 
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, broken_reward],
-                          args=oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
-                          train_dataset=oger_dataset(), processing_class=smollm2_tokenizer)
+                          args=_oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     with pytest.raises(ValueError, match="reward function 'broken_reward' returned inf for row 0"):
         trainer.train()
 
@@ -59,7 +61,7 @@ def test_an_infinite_reward_stops_training_naming_the_function(tmp_path, smollm2
 def test_user_columns_reach_the_reward_functions_unchanged(tmp_path, smollm2_tokenizer):
     # columns named like the fields OGER used to add: they must arrive as the dataset has them
     user_columns = {"teacher": "from-the-dataset", "is_offline": "user-value", "last_token_entropy": -1.0}
-    dataset = oger_dataset().map(lambda row: user_columns)
+    dataset = teacher_math_dataset().map(lambda row: user_columns)
     seen = []
 
     def recording_reward(completions, **kwargs):
@@ -69,7 +71,7 @@ def test_user_columns_reach_the_reward_functions_unchanged(tmp_path, smollm2_tok
     from trl_explore.rewards.math_verify_reward import math_reward
 
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, recording_reward],
-                          args=oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
+                          args=_oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
                           train_dataset=dataset, processing_class=smollm2_tokenizer)
     trainer.train()
     kwargs = seen[0]
@@ -82,9 +84,9 @@ def test_user_columns_reach_the_reward_functions_unchanged(tmp_path, smollm2_tok
 
 
 def test_a_column_named_like_an_oger_field_is_refused(tmp_path, smollm2_tokenizer):
-    dataset = oger_dataset().map(lambda row: {"oger_teacher": "x"})
+    dataset = teacher_math_dataset().map(lambda row: {"oger_teacher": "x"})
     with pytest.raises(ValueError, match=r"train_dataset has column\(s\) \['oger_teacher'\], which OGERComponent"):
-        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=oger_config(tmp_path), train_dataset=dataset,
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_oger_config(tmp_path), train_dataset=dataset,
                     processing_class=smollm2_tokenizer)
 
 
@@ -105,8 +107,8 @@ def test_none_rewards_are_counted_in_the_logs(tmp_path, smollm2_tokenizer):
     from trl_explore.rewards.math_verify_reward import math_reward
 
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, half_scored],
-                          args=oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
-                          train_dataset=oger_dataset(), processing_class=smollm2_tokenizer)
+                          args=_oger_config(tmp_path, use_exploration_reward=False, max_steps=1),
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     trainer.train()
     logged = trainer.state.log_history[0]
     assert logged["rewards/half_scored/not_scored"] == 2 and logged["rewards/math_reward/not_scored"] == 0
@@ -114,16 +116,14 @@ def test_none_rewards_are_counted_in_the_logs(tmp_path, smollm2_tokenizer):
 
 @pytest.mark.slow
 def test_a_graded_correctness_reward_warns_once_naming_the_index(tmp_path, smollm2_tokenizer, caplog):
-    from test_ase_trainer import _config as ase_config
-    from test_ase_trainer import _dataset as ase_dataset
-
     from trl_explore import ASEGRPOTrainer
+    from trl_explore.testing import doubling_dataset, tiny_ase_args
 
     def length_score(completions, **kwargs):  # not a verifier: always above 0.5, so every rollout looks correct
         return [0.5 + 0.5 * min(len(str(c)), 100) / 100 + 1e-3 for c in completions]
 
     trainer = ASEGRPOTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[length_score],
-                             args=ase_config(tmp_path, max_steps=2), train_dataset=ase_dataset(),
+                             args=ASEConfig(**tiny_ase_args(tmp_path / "out")), train_dataset=doubling_dataset(),
                              processing_class=smollm2_tokenizer)
     with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
         trainer.train()
@@ -160,12 +160,12 @@ def test_teacher_rows_do_not_repeat_the_templates_think_prefix(tmp_path, smollm2
 
     think = copy.deepcopy(smollm2_tokenizer)
     think.chat_template = THINK_TEMPLATE
-    rows = oger_dataset().to_list()
+    rows = teacher_math_dataset().to_list()
     for row in rows:
         row["offline_completions"] = ["<think>\n" + text for text in row["offline_completions"]]
     from datasets import Dataset
 
-    trainer = OGERTrainer(make_tiny_causal_lm(think), args=oger_config(tmp_path, max_steps=1),
+    trainer = OGERTrainer(make_tiny_causal_lm(think), args=_oger_config(tmp_path, max_steps=1),
                           train_dataset=Dataset.from_list(rows), processing_class=think)
     component, rollouts = trainer.components[0], []
     transform = component.transform_rollout

@@ -1,6 +1,7 @@
 """Hub model cards of every trainer (methods, papers, base model, data, version, hyperparameters) and the early
 check of Hub access for push_to_hub; push_to_hub with the network calls patched out."""
 
+import dataclasses
 import importlib.metadata
 import re
 import types
@@ -11,17 +12,35 @@ import yaml
 from trl import GRPOConfig
 
 import trl_explore
-from trl_explore.testing import make_tiny_causal_lm
-from test_ase_trainer import _config as ase_config
-from test_ase_trainer import _dataset as ase_dataset
-from test_ase_trainer import parity_reward
-from test_oger_ase import _config as oger_ase_config
-from test_oger_ase import _dataset as oger_ase_dataset
-from test_oger_trainer import _config as oger_config
-from test_oger_trainer import _dataset as oger_dataset
-from trl_explore import ASEGRPOTrainer, ExplorationTrainer, OGERASETrainer, OGERTrainer
-from trl_explore.hub import (EMBEDDED_POLICY_HUB_ID, HubAccessError, MethodCard, check_hub_access,
-                             describe_base_model, describe_dataset, embedded_policy_version, hub_base_model)
+from trl_explore import (
+    ASEConfig,
+    ASEGRPOTrainer,
+    ExplorationTrainer,
+    OGERASEConfig,
+    OGERASETrainer,
+    OGERConfig,
+    OGERTrainer,
+)
+from trl_explore.hub import (
+    EMBEDDED_POLICY_HUB_ID,
+    HubAccessError,
+    MethodCard,
+    check_hub_access,
+    describe_base_model,
+    describe_dataset,
+    embedded_policy_version,
+    hub_base_model,
+)
+from trl_explore.testing import (
+    DOUBLING_TEACHERS,
+    doubling_dataset,
+    make_tiny_causal_lm,
+    parity_reward,
+    teacher_math_dataset,
+    tiny_ase_args,
+    tiny_oger_args,
+    tiny_oger_ase_args,
+)
 
 OGER_LINK = ("[OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning]"
              "(https://arxiv.org/abs/2604.18530)")
@@ -115,8 +134,8 @@ def _check_common(meta, body, methods):
 def _oger(tmp_path, tokenizer, name_or_path, **overrides):
     model = make_tiny_causal_lm(tokenizer)
     model.config._name_or_path = name_or_path
-    return OGERTrainer(model, args=oger_config(tmp_path, **overrides), train_dataset=oger_dataset(),
-                       processing_class=tokenizer)
+    return OGERTrainer(model, args=OGERConfig(**tiny_oger_args(tmp_path / "out", **overrides)),
+                       train_dataset=teacher_math_dataset(), processing_class=tokenizer)
 
 
 def test_oger_card_names_method_paper_embedded_policy_data_and_hyperparameters(tmp_path, smollm2_tokenizer):
@@ -157,8 +176,8 @@ def test_oger_card_names_method_paper_embedded_policy_data_and_hyperparameters(t
 def test_ase_card_says_no_link_was_verified(tmp_path, smollm2_tokenizer):
     model = make_tiny_causal_lm(smollm2_tokenizer)
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    trainer = ASEGRPOTrainer(model, reward_funcs=[parity_reward], args=ase_config(tmp_path),
-                             train_dataset=ase_dataset(), processing_class=smollm2_tokenizer)
+    trainer = ASEGRPOTrainer(model, reward_funcs=[parity_reward], args=ASEConfig(**tiny_ase_args(tmp_path / "out")),
+                             train_dataset=doubling_dataset(), processing_class=smollm2_tokenizer)
     trainer.create_model_card(model_name="ase-test", dataset_name="ladder")
     meta, body = _card(tmp_path / "out")
     _check_common(meta, body, ["ASE-GRPO"])
@@ -179,7 +198,8 @@ def test_oger_ase_card_cites_both_papers_not_grpo_as_the_method(tmp_path, smollm
 
     model = make_tiny_causal_lm(smollm2_tokenizer)
     trainer = OGERASETrainer(model, reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)],
-                             args=oger_ase_config(tmp_path), train_dataset=oger_ase_dataset(),
+                             args=OGERASEConfig(**tiny_oger_ase_args(tmp_path / "out")),
+                             train_dataset=doubling_dataset(2, DOUBLING_TEACHERS),
                              processing_class=smollm2_tokenizer)
     trainer.create_model_card(dataset_name=["champ", "ladder"])
     meta, body = _card(tmp_path / "out")
@@ -202,7 +222,7 @@ def test_plain_driver_card_is_grpo_cited_as_grpo(tmp_path, smollm2_tokenizer):
                       max_completion_length=8, max_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
                       bf16=False)
     trainer = ExplorationTrainer(make_tiny_causal_lm(smollm2_tokenizer), [parity_reward], args=args,
-                                 train_dataset=ase_dataset(4), processing_class=smollm2_tokenizer)
+                                 train_dataset=doubling_dataset(4), processing_class=smollm2_tokenizer)
     assert trainer.components == ()
     trainer.create_model_card(model_name="grpo-test", dataset_name="champ")
     meta, body = _card(tmp_path / "out")
@@ -217,7 +237,7 @@ def test_method_card_is_frozen_and_skips_fields_the_config_lacks():
     from trl_explore.hub import hyperparameter_rows
 
     card = MethodCard("M", "T", "", "@misc{m}", ("alpha", "missing", "mode", "name"))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         card.name = "other"
     args = types.SimpleNamespace(alpha=0.123456, mode=None, name="x")
     assert hyperparameter_rows(card, args) == [("alpha", "`0.1235`"), ("mode", "`None`"), ("name", "`x`")]
@@ -240,8 +260,8 @@ def test_push_to_hub_with_the_upload_patched(tmp_path, smollm2_tokenizer, monkey
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeApi())
     model = make_tiny_causal_lm(smollm2_tokenizer)
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    args = ase_config(tmp_path, max_steps=1, hub_model_id="ase-test")
-    trainer = ASEGRPOTrainer(model, reward_funcs=[parity_reward], args=args, train_dataset=ase_dataset(),
+    args = ASEConfig(**tiny_ase_args(tmp_path / "out", max_steps=1, hub_model_id="ase-test"))
+    trainer = ASEGRPOTrainer(model, reward_funcs=[parity_reward], args=args, train_dataset=doubling_dataset(),
                              processing_class=smollm2_tokenizer)
     trainer.train()
     trainer.push_to_hub(dataset_name="champ")

@@ -140,8 +140,8 @@ def test_splits_are_disjoint_by_canonical_form_and_hold_no_duplicate(ladder):
 def test_split_sizes_per_level_and_a_level_mix():
     dataset = ladder_dataset(train_size={"one_digit": 10, "word": 3}, validation_size=5, test_size=7)
     assert Counter(dataset["train"]["level"]) == {"one_digit": 10, "word": 3}
-    assert Counter(dataset["validation"]["level"]) == {name: 5 for name in LEVELS}
-    assert Counter(dataset["test"]["level"]) == {name: 7 for name in LEVELS}
+    assert Counter(dataset["validation"]["level"]) == dict.fromkeys(LEVELS, 5)
+    assert Counter(dataset["test"]["level"]) == dict.fromkeys(LEVELS, 7)
     levels = dataset["test"]["level"][:10]  # rows are shuffled: the first rows of a split mix its levels
     assert len(set(levels)) > 2
 
@@ -363,8 +363,8 @@ def test_oger_trainer_takes_ladder_rows_and_trains_one_step(tmp_path, smollm2_to
     ladder solution graded 1."""
     import torch
 
-    from conftest import make_tiny_causal_lm
     from trl_explore import OGERConfig, OGERTrainer
+    from trl_explore.testing import make_tiny_causal_lm
 
     train = ladder_dataset(levels=["one_digit", "word"], train_size=4, validation_size=0, test_size=0,
                            max_length=23)["train"]  # solutions that fit 24 completion tokens with their EOS

@@ -15,6 +15,7 @@ Rules: shared code never imports a method; a method never imports another method
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -41,36 +42,39 @@ def _resolve(name: str, modules) -> str | None:
     return name or None
 
 
+def _edges(name: str, path: pathlib.Path, modules) -> set[tuple[str, int]]:
+    """``{(imported trl_explore module, line)}`` of one module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges = set()
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            targets = []
+            if isinstance(child, ast.Import):
+                targets = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join(parts + ([child.module] if child.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in child.names]
+            for target in targets:
+                resolved = _resolve(target, modules) if target.startswith("trl_explore") else None
+                if resolved is not None and resolved != name:
+                    edges.add((resolved, child.lineno))
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return edges
+
+
 def import_graph() -> dict[str, set[tuple[str, int]]]:
     """``{module: {(imported trl_explore module, line)}}`` over every module of the package."""
-    modules, graph = _modules(), {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges = set()
-
-        def visit(node):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    continue
-                targets = []
-                if isinstance(child, ast.Import):
-                    targets = [alias.name for alias in child.names]
-                elif isinstance(child, ast.ImportFrom):
-                    base = child.module or ""
-                    if child.level:
-                        parts = package.split(".")[: len(package.split(".")) - child.level + 1]
-                        base = ".".join(parts + ([child.module] if child.module else []))
-                    targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                               for alias in child.names]
-                for target in targets:
-                    resolved = _resolve(target, modules) if target.startswith("trl_explore") else None
-                    if resolved is not None and resolved != name:
-                        edges.add((resolved, child.lineno))
-                visit(child)
-
-        visit(ast.parse(path.read_text()))
-        graph[name] = edges
-    return graph
+    modules = _modules()
+    return {name: _edges(name, path, modules) for name, path in modules.items()}
 
 
 def _in(module: str, packages) -> bool:
@@ -154,6 +158,23 @@ def test_no_import_cycles():
 def test_the_rules_catch_what_they_are_written_for(graph, expected):
     problems = layer_violations(graph)
     assert len(problems) == len(expected) and all(e in p for e, p in zip(expected, problems))
+
+
+def test_module_sizes():
+    """No module of the package over 600 lines; the driver, read in one sitting, at most 300."""
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert {name: n for name, n in sizes.items() if n > 600} == {}
+    assert sizes["trl_explore.driver"] <= 300
+
+
+def test_no_test_module_imports_another():
+    """Tests share helpers through conftest.py fixtures or trl_explore.testing, never by importing a test module or
+    conftest (also inside the scripts that tests write out and run)."""
+    tests = ROOT.parent / "tests"
+    pattern = re.compile(r"^\s*(?:from|import)\s+(?:test_\w+|conftest)\b", re.MULTILINE)
+    found = [f"{path.relative_to(tests)}: {match.group().strip()}" for path in sorted(tests.rglob("*.py"))
+             for match in pattern.finditer(path.read_text())]
+    assert found == [], "\n".join(found)
 
 
 def test_cycle_finder_on_a_hand_made_graph():

@@ -12,9 +12,13 @@ import time
 import pytest
 
 from trl_explore.data.champ_answers import gold_alternatives, strip_note, unwrap_phrase
-
-CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
-from trl_explore.rewards.ascii_math import ascii_answer_to_latex, ascii_to_latex, looks_like_latex, nesting_depth, yes_no_word
+from trl_explore.rewards.ascii_math import (
+    ascii_answer_to_latex,
+    ascii_to_latex,
+    looks_like_latex,
+    nesting_depth,
+    yes_no_word,
+)
 from trl_explore.rewards.grading import read_gold
 from trl_explore.rewards.math_verify_reward import (
     GoldAnswerError,
@@ -26,6 +30,8 @@ from trl_explore.rewards.math_verify_reward import (
     parse_gold,
     verify_answer,
 )
+
+CHAMP = gold_alternatives  # CHAMP's phrasing rules for its golds: these cases were written with them in the grader
 
 
 def own_forms(gold):
@@ -334,7 +340,8 @@ def test_extract_answer_default_mode():
 
 def test_parse_gold():
     # Math-Verify reads "252" out of this one, equivalent to this package's reading: Math-Verify's reading is used
-    assert [str(value) for value in parse_gold("C(10, 5), or equivalently 252", gold_normalizer=CHAMP)] == ["252", "252"]
+    parsed = parse_gold("C(10, 5), or equivalently 252", gold_normalizer=CHAMP)
+    assert [str(value) for value in parsed] == ["252", "252"]
     # Math-Verify reads "2" out of "2^(n-1)": this package's whole reading is used instead (form, then its LaTeX)
     assert [str(value) for value in parse_gold("2^(n-1)")] == ["2**(n - 1)", "2^{n-1}"]
     assert parse_gold("Yes") == ["yes"]
@@ -403,7 +410,8 @@ def test_reward_called_the_trl_way():
 
 
 def test_reward_conversational_completions_and_options():
-    reward = MathVerifyReward(answer_column="solution", name="champ_reward", timeout_seconds=2.0, gold_normalizer=CHAMP)
+    reward = MathVerifyReward(answer_column="solution", name="champ_reward", timeout_seconds=2.0,
+                              gold_normalizer=CHAMP)
     completions = [
         [{"role": "assistant", "content": r"\boxed{\binom{10}{5}}"}],
         [{"role": "assistant", "content": r"\boxed{253}"}],
@@ -412,6 +420,19 @@ def test_reward_conversational_completions_and_options():
     gold = "C(10, 5), or equivalently 252"
     assert reward(prompts=None, completions=completions, solution=[gold] * 3) == [1.0, 0.0, 0.0]
     assert reward.__name__ == "champ_reward"
+
+
+def test_the_docstring_points_at_champs_gold_normalizer():
+    """``MathVerifyReward``'s docstring names ``GOLD_NORMALIZERS["champ"]`` for CHAMP's golds: it exists, it is CHAMP's
+    phrasing rules, and a reward built with it scores a CHAMP-phrased gold that is not scored without it."""
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+
+    assert 'GOLD_NORMALIZERS["champ"]' in " ".join(MathVerifyReward.__doc__.split())
+    assert GOLD_NORMALIZERS["champ"] is gold_alternatives
+    gold = "5 is the only possible value"
+    champ = MathVerifyReward(gold_normalizer=GOLD_NORMALIZERS["champ"])
+    assert champ(completions=[r"\boxed{5}"], answer=[gold]) == [1.0]
+    assert MathVerifyReward()(completions=[r"\boxed{5}"], answer=[gold]) == [None]  # prose without CHAMP's rules
 
 
 def test_reward_missing_column_names_it():
@@ -502,7 +523,8 @@ def test_repeated_call_on_the_same_batch_reuses_the_rewards(monkeypatch):
     completions = ["\\boxed{4}", "\\boxed{5}"]
     first = reward(completions=completions, answer=["4", "4"])
     calls = []
-    monkeypatch.setattr(mvr, "grade_batch", lambda completions, golds, **k: calls.append(completions) or [True] * len(golds))
+    monkeypatch.setattr(mvr, "grade_batch",
+                        lambda completions, golds, **k: calls.append(completions) or [True] * len(golds))
     assert reward(completions=completions, answer=["4", "4"]) == first == [1.0, 0.0]
     assert calls == []
     assert reward(completions=["\\boxed{5}"], answer=["4"]) == [1.0]  # a new batch is verified (stubbed here)
@@ -544,7 +566,8 @@ def test_extract_answer_ignores_unanchored_words():
         ("Some work.\n\nTherefore, n mod 1982 is 0.", "0", True),
         ("Thus the smallest value is \\(\\frac{1}{3}\\), and this occurs when \\(a = b = c\\).", "1/3", True),
         # the concluding sentence must end the text, complete: a cut-off ramble that mentions the value is not one
-        ("So we have two cases: x^2 + 1 = 0 or x^2 + 1 = 1.\n\nIf x^2 + 1 = 0, then n + 1 is always 0 modulo", "0", False),
+        ("So we have two cases: x^2 + 1 = 0 or x^2 + 1 = 1.\n\nIf x^2 + 1 = 0, then n + 1 is always 0 modulo",
+         "0", False),
         ("Therefore, the value is 0. But wait, let me check the other case", "0", False),
     ],
 )

@@ -11,45 +11,30 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
 from trl_explore import OGERASEConfig, OGERASETrainer
 from trl_explore.ase import component as ase_component
 from trl_explore.oger import component as oger_component
 from trl_explore.oger.entropy import entropy_from_logits
+from trl_explore.testing import (
+    DOUBLING_TEACHERS,
+    doubling_dataset,
+    make_tiny_causal_lm,
+    parity_reward,
+    run_two_cpu_processes,
+    tiny_oger_ase_args,
+)
 
 NUM_GENERATIONS, NUM_VECTORS = 6, 2  # 3 routes x 2 rollouts per prompt, one of the 6 replaced by a teacher
-TEACHERS = {
-    0: ["Zero plus zero is 0, so the answer is \\boxed{0}.", "0 + 0 = 0. \\boxed{0}"],
-    1: ["One plus one is 2, so the answer is \\boxed{2}."],
-}
 
 
 def _dataset(num_prompts=2):
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}",
-         "offline_completions": TEACHERS[i], "offline_teachers": [f"teacher-{j}" for j in range(len(TEACHERS[i]))]}
-        for i in range(num_prompts)
-    ])
-
-
-def parity_reward(completions, **kwargs):
-    """Synthetic verifier: 'correct' when the completion has an even number of characters (gives contrast pairs)."""
-    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
+    return doubling_dataset(num_prompts, DOUBLING_TEACHERS)  # 2 teachers for the first prompt, 1 for the second
 
 
 def _config(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=NUM_GENERATIONS, num_generations=NUM_GENERATIONS,
-        num_vectors=NUM_VECTORS, pca_dim=4, kmeans_n_init=2, max_completion_length=8, max_steps=2,
-        learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
-        embedding_model="embedded", seed=0, log_completions=False, steering_alpha=4.0,
-        min_pairs_per_cluster=1,  # a few rollouts per step: the mechanics, not the guard against tiny clusters
-    )
-    kwargs.update(overrides)
-    return OGERASEConfig(**kwargs)
+    return OGERASEConfig(**tiny_oger_ase_args(tmp_path / "out", **overrides))
 
 
 def _peaked_model(tokenizer):
@@ -72,7 +57,8 @@ def _trainer(tmp_path, tokenizer, reward_funcs=None, callbacks=None, **overrides
 def _instrument(trainer, monkeypatch):
     """Record replacements, steering calls, bank updates, IS weights and, per generation, the batch and references."""
     rec = {"replacements": [], "steering": [], "updates": [], "weights": [], "generations": []}
-    select, steering, update = oger_component.select_replacements, trainer.ase.steerer.steering, trainer.ase.bank.update
+    select = oger_component.select_replacements
+    steering, update = trainer.ase.steerer.steering, trainer.ase.bank.update
     weigh, generate_and_score = ase_component.routed_importance_weights, trainer._generate_and_score_completions
 
     def spy_select(divergence, k, rule="lowest_divergence", generator=None):
@@ -110,7 +96,8 @@ def _instrument(trainer, monkeypatch):
         if entry["steered"]:  # the policy has not moved since generation: reference H_last under the route's steering
             planned = rec["steering"][-1]
             entry["planned_routes"] = planned["routes"]
-            entry["reference_entropy"] = _reference_last_entropy(trainer, output, planned["routes"], planned["vectors"])
+            entry["reference_entropy"] = _reference_last_entropy(trainer, output, planned["routes"],
+                                                                 planned["vectors"])
             entry["clean_entropy"] = _reference_last_entropy(trainer, output, None, None)
         rec["generations"].append(entry)
         return output
@@ -193,7 +180,8 @@ def test_composed_run_semantics(tmp_path, smollm2_tokenizer, monkeypatch):
     table = pd.concat(pd.read_parquet(f) for f in sorted((tmp_path / "out" / "completions").glob("*.parquet")))
     for column in ("is_offline", "teacher", "divergence", "last_token_entropy", "route", "oger_reward"):
         assert column in table.columns, column
-    assert set(table.loc[table["is_offline"], "route"]) == {-1} and table.loc[table["is_offline"], "teacher"].notna().all()
+    offline_rows = table.loc[table["is_offline"]]
+    assert set(offline_rows["route"]) == {-1} and offline_rows["teacher"].notna().all()
     assert any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
 
 
@@ -215,8 +203,10 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     model.train()
     trainer.current_gradient_accumulation_steps = 1
     g = torch.Generator().manual_seed(0)
-    prompt_ids, completion_ids = torch.randint(100, 1000, (6, 3), generator=g), torch.randint(100, 1000, (6, 4), generator=g)
-    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    prompt_ids = torch.randint(100, 1000, (6, 3), generator=g)
+    completion_ids = torch.randint(100, 1000, (6, 4), generator=g)
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0],
+                                    [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
     advantages = torch.tensor([1.0, -0.5, 2.0, -1.5, 0.7, -0.9])
     routes = torch.tensor([0, 0, 1, -1, 2, 2])  # row 3 is offline
     is_offline = routes == -1
@@ -226,8 +216,9 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     behaviour = logp + 0.8 * torch.randn(logp.shape, generator=g)
     behaviour[is_offline] = float("nan")
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
-              "completion_mask": completion_mask, "advantages": advantages, "num_items_in_batch": completion_mask.sum(),
-              "sampling_per_token_logps": behaviour, "ase_route": routes, "is_offline": is_offline}
+              "completion_mask": completion_mask, "advantages": advantages,
+              "num_items_in_batch": completion_mask.sum(), "sampling_per_token_logps": behaviour,
+              "ase_route": routes, "is_offline": is_offline}
     loss = trainer._compute_loss(model, inputs)
 
     w = torch.where(routes[:, None] > 0, torch.exp(logp - behaviour).clamp(max=1.5), torch.ones_like(logp))
@@ -254,7 +245,8 @@ def test_resume_replays_bank_replacements_and_routes(tmp_path, smollm2_tokenizer
     resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "out" / "checkpoint-1"))
 
     (gen_a, gen_b) = rec_a["generations"][1], rec_b["generations"][0]  # step 1 of both runs
-    assert torch.equal(gen_a["ase_route"], gen_b["ase_route"]) and torch.equal(gen_a["is_offline"], gen_b["is_offline"])
+    assert torch.equal(gen_a["ase_route"], gen_b["ase_route"])
+    assert torch.equal(gen_a["is_offline"], gen_b["is_offline"])
     assert torch.equal(gen_a["completion_ids"], gen_b["completion_ids"])  # the teacher drawn and the sampled tokens
     assert rec_a["replacements"][1]["chosen"].tolist() == rec_b["replacements"][0]["chosen"].tolist()
     assert torch.equal(rec_a["steering"][-1]["vectors"], rec_b["steering"][-1]["vectors"])  # the restored bank
@@ -300,8 +292,10 @@ def test_recipes_load_with_trl_parser():
         )
         assert isinstance(config, OGERASEConfig) and config.num_replacements == 1
         if "qwen" in recipe:  # the papers' settings: N = 8, K = 3, alpha 0.5, TIS cap 2, lr 1e-6, 128 prompts
-            assert (config.num_generations, config.num_vectors, config.steering_alpha, config.is_cap) == (8, 3, 0.5, 2.0)
-            assert config.learning_rate == 1e-6 and config.use_vllm and config.vllm_importance_sampling_mode == "token_truncate"
+            assert (config.num_generations, config.num_vectors, config.steering_alpha,
+                    config.is_cap) == (8, 3, 0.5, 2.0)
+            assert config.learning_rate == 1e-6 and config.use_vllm
+            assert config.vllm_importance_sampling_mode == "token_truncate"
             assert model.model_name_or_path == "Qwen/Qwen2.5-Math-1.5B"
 
 
@@ -309,44 +303,44 @@ _TWO_PROCESS_SCRIPT = '''
 import json, sys
 from pathlib import Path
 
-sys.path.insert(0, {tests_dir!r})
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
-from test_oger_ase import _config, _dataset, parity_reward
 from transformers import AutoTokenizer
 
-from trl_explore import OGERASETrainer, OGERRewardFunction
+from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
 from trl_explore.defaults import default_policy_path
+from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, make_tiny_causal_lm, parity_reward
+from trl_explore.testing import tiny_oger_ase_args
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
-trainer = OGERASETrainer(make_tiny_causal_lm(tokenizer), args=_config(out, max_steps=2),
+args = OGERASEConfig(**tiny_oger_ase_args(out / "out", max_steps=2))
+trainer = OGERASETrainer(make_tiny_causal_lm(tokenizer), args=args,
                          reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)],
-                         train_dataset=_dataset(), processing_class=tokenizer)
+                         train_dataset=doubling_dataset(2, DOUBLING_TEACHERS), processing_class=tokenizer)
 groups = []
 original = trainer._generate_and_score_completions
 
 
 def spy(inputs):
     output = original(inputs)
-    groups.append({{"prompts": [row["prompt"][0]["content"] for row in inputs], "routes": output["ase_route"].tolist(),
-                   "offline": output["is_offline"].tolist()}})
+    groups.append({"prompts": [row["prompt"][0]["content"] for row in inputs], "routes": output["ase_route"].tolist(),
+                   "offline": output["is_offline"].tolist()})
     return output
 
 
 trainer._generate_and_score_completions = spy
 trainer.train()
 bank = trainer.ase.bank
-(out / f"rank{{trainer.accelerator.process_index}}.json").write_text(json.dumps({{
+(out / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps({
     "groups": groups, "vectors": None if bank.vectors is None else bank.vectors.tolist(),
     "num_updates": bank.num_updates, "diagnostics": trainer.ase.bank_diagnostics,
-}}))
+}))
 '''
 
 
 @pytest.mark.slow
 def test_two_processes_keep_whole_groups_and_one_bank(tmp_path):
     script = tmp_path / "oger_ase_two_process.py"
-    script.write_text(_TWO_PROCESS_SCRIPT.format(tests_dir=str(Path(__file__).parent)))
+    script.write_text(_TWO_PROCESS_SCRIPT)
     result = run_two_cpu_processes(script, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

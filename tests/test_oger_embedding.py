@@ -74,7 +74,8 @@ def test_chunk_mean_windows_fit_max_seq_length_on_a_long_trace():
     (windows decoded to text and tokenised again used to come out longer than 256 tokens and be cut)."""
     chunked = TrajectoryEncoder("embedded", long_text_mode="chunk_mean", batch_size=3)
     tokenizer = chunked.model.tokenizer
-    text = " ".join(f"Step {i}: since x_{i} = {i * i - 3}/(2^{i} + 1), we get \\frac{{{i}}}{{{i + 7}}}." for i in range(80))
+    text = " ".join(f"Step {i}: since x_{i} = {i * i - 3}/(2^{i} + 1), we get \\frac{{{i}}}{{{i + 7}}}."
+                    for i in range(80))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     ids = ids[:1680]
     text = tokenizer.decode(ids)
@@ -161,3 +162,27 @@ def test_embedding_dtype_auto_follows_the_training_precision(tmp_path):
     assert config(bf16=True, embedding_dtype="float32").resolved_embedding_dtype == "float32"
     with pytest.raises(ValueError, match="embedding_dtype"):
         config(bf16=False, embedding_dtype="half")
+
+
+@pytest.mark.parametrize("name", ["./no/such/embedder", "no-such-org/no-such-embedder", "not/a/valid/hub/id"])
+def test_an_embedding_model_that_cannot_load_names_the_option(name, monkeypatch):
+    """A folder that does not exist, a Hub id that is not there (offline: not in the Hub cache), a malformed id: one
+    ValueError naming ``embedding_model``, the value and what the option accepts, not sentence-transformers' own."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as conftest.py sets it for the whole run
+    with pytest.raises(ValueError, match=r"embedding_model=.*cannot be loaded") as err:
+        _ = TrajectoryEncoder(name).model
+    message = str(err.value)
+    assert repr(name) in message and "'embedded'" in message and "local sentence-transformers folder" in message
+    assert "HF_HUB_OFFLINE is set" in message
+    assert isinstance(err.value.__cause__, (OSError, ValueError))  # the loader's own error, chained
+
+
+def test_oger_trainer_with_a_bad_embedding_model_fails_at_construction(tmp_path, smollm2_tokenizer, monkeypatch):
+    from trl_explore import OGERTrainer
+    from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = OGERConfig(**tiny_oger_args(tmp_path / "out", embedding_model=str(tmp_path / "missing-embedder")))
+    with pytest.raises(ValueError, match="embedding_model=.*missing-embedder.*cannot be loaded"):
+        OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=teacher_math_dataset(),
+                    processing_class=smollm2_tokenizer)

@@ -51,7 +51,8 @@ def test_exploration_reward_ignores_nan_on_gated_rows_but_not_on_active_ones():
                            torch.tensor([1.0, 1.0]), torch.tensor([False, True]))
     assert torch.equal(r, torch.tensor([0.5, 0.0]))
     with pytest.raises(ValueError, match=r"online rows \[0\]"):
-        exploration_reward(torch.tensor([float("nan")]), torch.tensor([0.0]), torch.tensor([1.0]), torch.tensor([False]))
+        exploration_reward(torch.tensor([float("nan")]), torch.tensor([0.0]), torch.tensor([1.0]),
+                           torch.tensor([False]))
 
 
 def test_select_replacements_lowest_divergence_and_ties():
@@ -121,7 +122,8 @@ def test_aggregate_token_loss_matches_trl_normalisers():
 
 
 def test_entropy_from_logits_hand_values():
-    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, float("-inf"), float("-inf"), float("-inf")], [0.0, 0.0, float("-inf"), float("-inf")]])
+    inf = float("inf")
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, -inf, -inf, -inf], [0.0, 0.0, -inf, -inf]])
     assert torch.allclose(entropy_from_logits(logits), torch.tensor([math.log(4), 0.0, math.log(2)]))
 
 

@@ -5,57 +5,19 @@ import logging
 import pandas as pd
 import pytest
 import torch
-from datasets import Dataset
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import OGERConfig, OGERTrainer
 from trl_explore.oger import component as oger_trainer_module
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, entropy_from_logits
+from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
 
-TEACHER_A = "We add the numbers: 2 + 2 = 4. The answer is \\boxed{4}."
-TEACHER_B = "Two plus two equals four, so the result is \\boxed{4}."
-TEACHER_C = "Since 3 times 3 is 9, the answer is \\boxed{9}."
-
-
-def _dataset():
-    return Dataset.from_list(
-        [
-            {
-                "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
-                "answer": "4",
-                "offline_completions": [TEACHER_A, TEACHER_B],
-                "offline_teachers": ["teacher-a", "teacher-b"],
-            },
-            {
-                "prompt": [{"role": "user", "content": "What is 3 * 3?"}],
-                "answer": "9",
-                "offline_completions": [TEACHER_C],
-                "offline_teachers": ["teacher-c"],
-            },
-        ]
-    )
+# the teacher trajectories of trl_explore.testing.teacher_math_dataset: two for 2 + 2, one for 3 * 3
+TEACHER_A, TEACHER_B, TEACHER_C = (text for row in teacher_math_dataset()["offline_completions"] for text in row)
 
 
 def _config(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=24,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        embedding_model="embedded",
-        seed=0,
-        log_completions=False,
-    )
-    kwargs.update(overrides)
-    return OGERConfig(**kwargs)
+    return OGERConfig(**tiny_oger_args(tmp_path / "out", **overrides))
 
 
 @pytest.fixture
@@ -79,7 +41,7 @@ def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacement
     model = make_tiny_causal_lm(smollm2_tokenizer)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     args = _config(tmp_path, log_completions=True, num_completions_to_print=0)
-    trainer = OGERTrainer(model, args=args, train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+    trainer = OGERTrainer(model, args=args, train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     phases = []  # TRL's phase timers, OGER's own included
     monkeypatch.setattr(ProfilingContext, "_log_metrics", lambda self, duration: phases.append(self.name))
     trainer.train()
@@ -107,7 +69,8 @@ def test_oger_trainer_end_to_end(tmp_path, smollm2_tokenizer, record_replacement
             assert row.divergence is not None and row.last_token_entropy is not None
 
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
-    for key in ("oger/divergence_mean", "oger/offline_fraction", "oger/last_token_entropy_mean", "oger/offline_policy_loss"):
+    for key in ("oger/divergence_mean", "oger/offline_fraction", "oger/last_token_entropy_mean",
+                "oger/offline_policy_loss"):
         assert key in history, key
     assert history["oger/offline_fraction"] == pytest.approx(0.25)
     assert history["oger/offline_truncated_fraction"] == 0.0
@@ -121,8 +84,8 @@ def test_embedder_truncation_is_logged_and_warned_once(tmp_path, smollm2_tokeniz
     """"truncate" mode with an 8-token embedder window: every completion is cut, so their divergences only see their
     first 6 word pieces; the fraction is a metric at every step and the warning comes once."""
     encoder = TrajectoryEncoder("embedded", max_seq_length=8)
-    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=_dataset(),
-                          processing_class=smollm2_tokenizer, encoder=encoder)
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path),
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer, encoder=encoder)
     with caplog.at_level(logging.WARNING, logger="trl_explore.oger.component"):
         trainer.train()
     fractions = [e["oger/embed_truncated_frac"] for e in trainer.state.log_history if "oger/embed_truncated_frac" in e]
@@ -134,15 +97,15 @@ def test_embedder_truncation_is_logged_and_warned_once(tmp_path, smollm2_tokeniz
 def test_ablations_change_what_they_name(tmp_path, smollm2_tokenizer):
     tokenizer = smollm2_tokenizer
     no_reward = OGERTrainer(make_tiny_causal_lm(tokenizer), args=_config(tmp_path, use_exploration_reward=False),
-                            train_dataset=_dataset(), processing_class=tokenizer)
+                            train_dataset=teacher_math_dataset(), processing_class=tokenizer)
     assert no_reward.reward_weights.tolist() == [1.0, 0.0]
     assert no_reward.reward_funcs[1].entropy_refinement is True
     no_refine = OGERTrainer(make_tiny_causal_lm(tokenizer), args=_config(tmp_path, entropy_refinement=False),
-                            train_dataset=_dataset(), processing_class=tokenizer)
+                            train_dataset=teacher_math_dataset(), processing_class=tokenizer)
     assert no_refine.reward_weights.tolist() == [1.0, 1.0]
     assert no_refine.reward_funcs[1].entropy_refinement is False
     no_clip = OGERTrainer(make_tiny_causal_lm(tokenizer), args=_config(tmp_path, loss_remove_clip=True),
-                          train_dataset=_dataset(), processing_class=tokenizer)
+                          train_dataset=teacher_math_dataset(), processing_class=tokenizer)
     assert no_clip.epsilon_low == float("inf") and no_clip.epsilon_high == float("inf")
 
 
@@ -151,7 +114,7 @@ def test_embedder_precision_reaches_the_encoder(tmp_path, smollm2_tokenizer):
     tokenizer = smollm2_tokenizer
     for setting, expected in (("auto", "float32"), ("bfloat16", "bfloat16")):
         trainer = OGERTrainer(make_tiny_causal_lm(tokenizer), args=_config(tmp_path, embedding_dtype=setting),
-                              train_dataset=_dataset(), processing_class=tokenizer)
+                              train_dataset=teacher_math_dataset(), processing_class=tokenizer)
         assert trainer.oger.encoder.dtype == expected
 
 
@@ -169,7 +132,7 @@ def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer
     tokenizer = smollm2_tokenizer
     model = make_tiny_causal_lm(tokenizer, seed=3)
     args = _config(tmp_path, loss_type=loss_type, entropy_coef=0.0, max_completion_length=5)
-    trainer = OGERTrainer(model, args=args, train_dataset=_dataset(), processing_class=tokenizer)
+    trainer = OGERTrainer(model, args=args, train_dataset=teacher_math_dataset(), processing_class=tokenizer)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() in a real run
     g = torch.Generator().manual_seed(0)
@@ -193,7 +156,8 @@ def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer
         logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1)).logits[:, 2:-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
     p = logp.exp()
-    per_token = torch.where(is_offline.unsqueeze(1), -advantages.unsqueeze(1) * p / (p + 0.1), -advantages.unsqueeze(1).expand(-1, 4))
+    per_token = torch.where(is_offline.unsqueeze(1), -advantages.unsqueeze(1) * p / (p + 0.1),
+                            -advantages.unsqueeze(1).expand(-1, 4))
     m = completion_mask.float()
     if loss_type == "grpo":
         expected = ((per_token * m).sum(1) / m.sum(1)).mean()
@@ -240,7 +204,8 @@ def test_entropy_recorder_one_entropy_per_row_equals_every_step(smollm2_tokenize
     # last_token="before_eos": the step before a final EOS, kept alongside
     rec, logits, _, lengths, stopped = _sample_with_recorder(model, smollm2_tokenizer, temperature, eos_ids, True)
     before = (lengths - (stopped & (lengths > 1)).long())
-    assert torch.equal(rec.last_token_entropy(before), entropy_from_logits(logits.float() / temperature)[rows, before - 1])
+    expected = entropy_from_logits(logits.float() / temperature)[rows, before - 1]
+    assert torch.equal(rec.last_token_entropy(before), expected)
     with pytest.raises(ValueError, match="temperature"):
         LastTokenEntropyRecorder(model, 0.0)
 
@@ -255,7 +220,7 @@ def test_entropy_recorder_one_entropy_per_row_equals_every_step(smollm2_tokenize
     ],
 )
 def test_bad_rows_fail_when_the_trainer_is_built(tmp_path, smollm2_tokenizer, row_update, message):
-    rows = _dataset().to_list()
+    rows = teacher_math_dataset().to_list()
     rows[0].update(row_update)
     bad = rows  # a list of rows: arrow could not even store some of these; the check runs before TRL reads it
     with pytest.raises(ValueError, match=message) as err:
@@ -265,7 +230,7 @@ def test_bad_rows_fail_when_the_trainer_is_built(tmp_path, smollm2_tokenizer, ro
 
 
 def test_missing_offline_column_fails_when_the_trainer_is_built(tmp_path, smollm2_tokenizer):
-    bad = _dataset().remove_columns(["offline_completions"])
+    bad = teacher_math_dataset().remove_columns(["offline_completions"])
     with pytest.raises(ValueError, match="training row 0 has no column 'offline_completions'"):
         OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=bad,
                     processing_class=smollm2_tokenizer)
@@ -277,12 +242,12 @@ def test_ablation_switches_apply_to_user_reward_functions(tmp_path, smollm2_toke
     oger = OGERRewardFunction()
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, oger],
                           args=_config(tmp_path, use_exploration_reward=False, entropy_refinement=False),
-                          train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     assert trainer.reward_weights.tolist() == [1.0, 0.0] and oger.entropy_refinement is False
     with pytest.raises(ValueError, match="non-zero weight"):
         OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[math_reward, OGERRewardFunction()],
                     args=_config(tmp_path, use_exploration_reward=False, reward_weights=[1.0, 1.0]),
-                    train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+                    train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
 
 
 @pytest.mark.parametrize("gamma", [0.0, -1.0, float("nan"), float("inf")])
@@ -293,8 +258,8 @@ def test_config_rejects_non_finite_gamma(tmp_path, gamma):
 
 @pytest.mark.slow
 def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smollm2_tokenizer):
-    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path), train_dataset=_dataset(),
-                          processing_class=smollm2_tokenizer)
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path),
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     rows = [{"prompt": [{"role": "user", "content": "1 + 1?"}], "answer": "2"}] * 4
     trainer.model.eval()
     assert trainer.oger.offline_for_group(rows, range(4)) == ([], [], None)
@@ -307,10 +272,11 @@ def test_eval_rows_without_teachers_are_scored_without_replacement(tmp_path, smo
 def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_tokenizer, monkeypatch):
     """num_replacements=0 and no exploration reward: no embedding, no entropy hook (GRPO's cost)."""
     args = _config(tmp_path, num_replacements=0, use_exploration_reward=False, max_steps=1)
-    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=_dataset(),
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=teacher_math_dataset(),
                           processing_class=smollm2_tokenizer)
     monkeypatch.setattr(trainer.oger.encoder, "encode", lambda texts: pytest.fail("encoded online completions"))
-    monkeypatch.setattr(trainer.oger.encoder, "encode_cached", lambda texts: pytest.fail("encoded offline trajectories"))
+    monkeypatch.setattr(trainer.oger.encoder, "encode_cached",
+                        lambda texts: pytest.fail("encoded offline trajectories"))
     monkeypatch.setattr(oger_trainer_module, "LastTokenEntropyRecorder", lambda *a, **k: pytest.fail("entropy hook"))
     trainer.train()
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
@@ -320,7 +286,7 @@ def test_both_parts_off_computes_no_divergence_or_entropy(tmp_path, smollm2_toke
 
 def test_grader_mode_reaches_the_default_rewards(tmp_path, smollm2_tokenizer):
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=_config(tmp_path, grader_mode="boxed"),
-                          train_dataset=_dataset(), processing_class=smollm2_tokenizer)
+                          train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
     math_reward, oger = trainer.reward_funcs
     assert math_reward.mode == "boxed" and oger.verifier is math_reward  # R_m and the gate of R_OGER agree
     with pytest.raises(ValueError, match="grader_mode='lenient' is not a grader mode"):

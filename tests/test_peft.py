@@ -5,13 +5,15 @@ import torch
 from peft import LoraConfig
 from transformers import TrainerCallback
 
-from trl_explore.testing import make_tiny_causal_lm
-from test_ase_trainer import _config as ase_config
-from test_ase_trainer import _dataset as ase_dataset
-from test_ase_trainer import parity_reward
-from test_oger_trainer import _config as oger_config
-from test_oger_trainer import _dataset as oger_dataset
-from trl_explore import ASEGRPOTrainer, OGERTrainer
+from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer
+from trl_explore.testing import (
+    doubling_dataset,
+    make_tiny_causal_lm,
+    parity_reward,
+    teacher_math_dataset,
+    tiny_ase_args,
+    tiny_oger_args,
+)
 
 
 def _lora():
@@ -29,15 +31,16 @@ def _frozen_base(model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
-def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokenizer, monkeypatch, gradient_checkpointing):
+def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokenizer, monkeypatch,
+                                                        gradient_checkpointing):
     """One step whose loss comes only from the offline (teacher) tokens still trains every adapter.
 
     `mask_truncated_completions` drops the online completions, which a random model never ends within 24 tokens,
     and `entropy_coef=0` removes the entropy bonus: what is left is the policy-shaping loss of the offline rows.
     """
-    args = oger_config(tmp_path, max_steps=1, mask_truncated_completions=True, entropy_coef=0.0,
-                       gradient_checkpointing=gradient_checkpointing)
-    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=oger_dataset(),
+    args = OGERConfig(**tiny_oger_args(tmp_path / "out", max_steps=1, mask_truncated_completions=True,
+                                       entropy_coef=0.0, gradient_checkpointing=gradient_checkpointing))
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=teacher_math_dataset(),
                           processing_class=smollm2_tokenizer, peft_config=_lora())
     assert all(v == 0.0 for v in _lora_b_norms(trainer.model).values())
     base_before = _frozen_base(trainer.model)
@@ -65,9 +68,9 @@ def test_oger_lora_offline_only_loss_moves_every_lora_b(tmp_path, smollm2_tokeni
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
 def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_tokenizer, monkeypatch,
                                                             gradient_checkpointing):
-    args = ase_config(tmp_path, max_steps=2, gradient_checkpointing=gradient_checkpointing)
+    args = ASEConfig(**tiny_ase_args(tmp_path / "out", gradient_checkpointing=gradient_checkpointing))
     trainer = ASEGRPOTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[parity_reward], args=args,
-                             train_dataset=ase_dataset(), processing_class=smollm2_tokenizer, peft_config=_lora())
+                             train_dataset=doubling_dataset(), processing_class=smollm2_tokenizer, peft_config=_lora())
     steered_tables = []
     steering = trainer.ase.steerer.steering
 
@@ -108,15 +111,13 @@ def test_ase_lora_trains_adapters_and_steers_the_peft_model(tmp_path, smollm2_to
 @pytest.mark.slow
 @pytest.mark.parametrize("gradient_checkpointing", [False, True])
 def test_oger_ase_lora_trains_every_adapter_and_keeps_the_base(tmp_path, smollm2_tokenizer, gradient_checkpointing):
-    from test_oger_ase import _config as oger_ase_config
-    from test_oger_ase import _dataset as oger_ase_dataset
-    from test_oger_ase import parity_reward as oger_ase_reward
+    from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
+    from trl_explore.testing import DOUBLING_TEACHERS, tiny_oger_ase_args
 
-    from trl_explore import OGERASETrainer, OGERRewardFunction
-
-    args = oger_ase_config(tmp_path, max_steps=2, gradient_checkpointing=gradient_checkpointing)
-    trainer = OGERASETrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=oger_ase_dataset(),
-                             reward_funcs=[oger_ase_reward, OGERRewardFunction(verifier=oger_ase_reward)],
+    args = OGERASEConfig(**tiny_oger_ase_args(tmp_path / "out", gradient_checkpointing=gradient_checkpointing))
+    trainer = OGERASETrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args,
+                             train_dataset=doubling_dataset(2, DOUBLING_TEACHERS),
+                             reward_funcs=[parity_reward, OGERRewardFunction(verifier=parity_reward)],
                              processing_class=smollm2_tokenizer, peft_config=_lora())
     base_before = _frozen_base(trainer.model)
     norms_after = []

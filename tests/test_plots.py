@@ -8,7 +8,6 @@ import pathlib
 
 import pytest
 
-from test_evaluation import _summary
 from trl_explore.data.stats import plot_length_distribution
 from trl_explore.evaluation import plots, runner
 
@@ -44,9 +43,14 @@ def _run(folder: pathlib.Path, history: list[dict]) -> pathlib.Path:
     return folder
 
 
-def make_runs(root: pathlib.Path, steps: int = 4) -> dict[str, pathlib.Path]:
-    """Four training runs of the four methods, an ASE run without any bank update, and one evaluation folder
-    (``root/eval/oger-demo``, the evaluation of ``root/oger-demo``)."""
+@pytest.fixture
+def make_runs(make_summary):
+    """``make_runs(root, steps=4)``: four training runs of the four methods, an ASE run without any bank update, and
+    one evaluation folder (``root/eval/oger-demo``, the evaluation of ``root/oger-demo``)."""
+    return lambda root, steps=4: _make_runs(root, steps, make_summary)
+
+
+def _make_runs(root: pathlib.Path, steps: int, make_summary) -> dict[str, pathlib.Path]:
     runs = {
         "grpo": _run(root / "baseline", [_grpo(s) for s in range(1, steps + 1)]),
         "oger": _run(root / "oger-demo", [_oger(s) for s in range(1, steps + 1)]),
@@ -56,7 +60,7 @@ def make_runs(root: pathlib.Path, steps: int = 4) -> dict[str, pathlib.Path]:
     }
     evaluation = root / "eval" / "oger-demo"
     evaluation.mkdir(parents=True)
-    (evaluation / runner.SUMMARY_JSON).write_text(json.dumps(_summary("oger-demo", {"aime2024": (0.0, 0.0)})))
+    (evaluation / runner.SUMMARY_JSON).write_text(json.dumps(make_summary("oger-demo", {"aime2024": (0.0, 0.0)})))
     runs["eval"] = evaluation
     return runs
 
@@ -69,7 +73,7 @@ def _note(ax) -> str:
     return " ".join(t.get_text() for t in ax.texts)
 
 
-def test_runs_are_labelled_by_name_and_an_evaluation_folder_is_its_training_run(tmp_path):
+def test_runs_are_labelled_by_name_and_an_evaluation_folder_is_its_training_run(tmp_path, make_runs):
     runs = make_runs(tmp_path)
     dirs = [runs["oger"], runs["eval"], runs["grpo"]]
     assert [plots.folder_kind(d) for d in dirs] == ["training", "evaluation", "training"]
@@ -83,7 +87,7 @@ def test_runs_are_labelled_by_name_and_an_evaluation_folder_is_its_training_run(
     assert plots.folder_kind(tmp_path / "nothing-here") == "empty"
 
 
-def test_methods_are_overlaid_on_their_shared_metrics(tmp_path):
+def test_methods_are_overlaid_on_their_shared_metrics(tmp_path, make_runs):
     runs = make_runs(tmp_path / "runs")
     dirs = [runs[k] for k in ("grpo", "oger", "ase", "both", "eval")]
     written = plots.plot_runs(dirs, tmp_path / "out", labels=None)
@@ -111,7 +115,7 @@ def test_methods_are_overlaid_on_their_shared_metrics(tmp_path):
     assert len(axes["Failed-response ratio"].get_lines()) == 2 and len(axes["Policy entropy"].get_lines()) == 3
 
 
-def test_empty_panels_say_why_and_bank_panels_stay(tmp_path):
+def test_empty_panels_say_why_and_bank_panels_stay(tmp_path, make_runs):
     runs = make_runs(tmp_path)
     no_bank = {"ase-1-step": plots.load_log_history(runs["ase_no_bank"])}
     fig = plots.plot_training_dynamics(no_bank, plots.ASE_PANELS, tmp_path / "ase_no_bank.png")

@@ -9,7 +9,6 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GPT2Config
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore.ase.recording import BlockReadouts
 from trl_explore.ase.steering import ActivationSteeringGenerator
 from trl_explore.driver import ExplorationTrainer
@@ -19,6 +18,7 @@ from trl_explore.positions import (
     mask_positions,
     positions_from_mask,
 )
+from trl_explore.testing import make_tiny_causal_lm
 
 SHORT, LONG, COMPLETION = [11, 12, 13], [21, 22, 23, 24, 25, 26, 27], [31, 32, 33, 34]  # prompts of 3 and 7 tokens
 
@@ -61,7 +61,8 @@ def test_generate_numbers_positions_from_the_mask(smollm2_tokenizer):
     pad = smollm2_tokenizer.pad_token_id
     ids = torch.tensor([[pad] * 4 + SHORT, LONG])
     mask = torch.tensor([[0] * 4 + [1] * 3, [1] * 7])
-    kwargs = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=pad)
+    kwargs = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                  pad_token_id=pad)
     padded = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
     alone = model.generate(input_ids=ids[:1, 4:], attention_mask=mask[:1, 4:], **kwargs)
     for a, b in zip(padded.scores, alone.scores):

@@ -7,11 +7,9 @@ import pytest
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig
 
-from conftest import make_tiny_causal_lm
-from test_ase_trainer import _dataset, parity_reward
-from trl_explore import ExplorationTrainer
-from trl_explore import reporting
+from trl_explore import ExplorationTrainer, reporting
 from trl_explore.reporting import CompactLogCallback, compact_log_line, format_number, use_compact_logs
+from trl_explore.testing import doubling_dataset, make_tiny_causal_lm, parity_reward
 
 # a training log as TRL 1.16 hands it to the callbacks (from `accelerate launch examples/train_oger.py --max_steps 1`)
 LOGS = {"loss": 0.07961, "grad_norm": 0.7803, "learning_rate": 1e-05, "num_tokens": 2202.0,
@@ -43,8 +41,8 @@ def _trainer(tmp_path, tokenizer, **overrides):
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none",
                       use_cpu=True, bf16=False, save_strategy="no", **overrides)
-    return ExplorationTrainer(make_tiny_causal_lm(tokenizer), [parity_reward], args=args, train_dataset=_dataset(4),
-                              processing_class=tokenizer)
+    return ExplorationTrainer(make_tiny_causal_lm(tokenizer), [parity_reward], args=args,
+                              train_dataset=doubling_dataset(4), processing_class=tokenizer)
 
 
 @pytest.mark.slow
@@ -91,8 +89,28 @@ def test_known_warnings_are_filtered_by_message_only(monkeypatch):
             ("`max_length` is deprecated and will be removed in v6", FutureWarning),  # another: still shown
             ("'pin_memory' argument is set as true but no accelerator is found", FutureWarning),  # other category
         ]:
-            warnings.warn(text, category)
+            warnings.warn(text, category, stacklevel=1)
     shown = [str(w.message) for w in caught]
     assert shown == ["`max_length` is deprecated and will be removed in v6",
                      "'pin_memory' argument is set as true but no accelerator is found"]
     assert len([f for f in installed if f[1].pattern in {m for _, m in reporting.KNOWN_WARNINGS}]) == 2
+
+
+@pytest.mark.parametrize("steps, expected", [(1, "1 step in"), (2, "2 steps in"), (0, "0 steps in")])
+def test_finish_run_counts_steps_in_words(steps, expected, tmp_path, capsys):
+    """The summary line of ``finish_run`` ("[tag] 1 step in 3.0 s; model saved to ...") on a stand-in trainer."""
+    import types
+
+    calls = []
+    trainer = types.SimpleNamespace(
+        save_model=lambda out: calls.append("save_model"), save_state=lambda: calls.append("save_state"),
+        create_model_card=lambda **kwargs: calls.append("card"), args=types.SimpleNamespace(push_to_hub=False),
+        accelerator=types.SimpleNamespace(is_main_process=True),
+        state=types.SimpleNamespace(global_step=steps, log_history=[{"loss": 0.5, "step": steps}]),
+    )
+    reporting.finish_run(trainer, str(tmp_path / "run"), None, "demo", ("loss",), 3.0)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"[demo] {expected} 3.0 s; model saved to {tmp_path / 'run'}"
+    assert calls == ["save_model", "save_state", "card"]
+    if steps == 1:
+        assert compact_log_line({"train_runtime": 3.0, "train_loss": 0.5}, 1, 1).startswith("done: 1 step in 3 s")

@@ -17,13 +17,18 @@ from datasets import Dataset
 from trl import GRPOConfig
 from trl.trainer.utils import RepeatSampler
 
-from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes
-from trl_explore import (ASEConfig, ASEGRPOTrainer, OGERASEConfig, OGERASETrainer, OGERConfig, OGERRewardFunction,
-                         OGERTrainer)
+from trl_explore import (
+    ASEConfig,
+    ASEGRPOTrainer,
+    OGERASEConfig,
+    OGERASETrainer,
+    OGERConfig,
+    OGERRewardFunction,
+    OGERTrainer,
+)
 from trl_explore.driver import ExplorationTrainer
-from trl_explore.testing import parity_reward
-from trl_explore.resume import (STATE_DIR, EpochSampler, UnstorableBatch, load_generation_state,
-                                save_generation_state)
+from trl_explore.resume import STATE_DIR, EpochSampler, UnstorableBatch, load_generation_state, save_generation_state
+from trl_explore.testing import make_tiny_causal_lm, parity_reward, run_two_cpu_processes
 
 NUM_GENERATIONS = 6
 TEACHERS = [["Zero plus zero is 0, so the answer is \\boxed{0}."], ["One plus one is 2, so the answer is \\boxed{2}."]]
@@ -90,7 +95,8 @@ def _assert_same_bank(a, b):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["oger", "ase", pytest.param("oger_ase", marks=pytest.mark.skipif(
-    not os.environ.get("TRL_EXPLORE_FULL_RESUME"), reason="90 s; its two parts are tested; set TRL_EXPLORE_FULL_RESUME=1"))])
+    not os.environ.get("TRL_EXPLORE_FULL_RESUME"),
+    reason="90 s; its two parts are tested; set TRL_EXPLORE_FULL_RESUME=1"))])
 def test_resume_inside_a_generation_and_across_an_epoch_is_exact(kind, tmp_path, smollm2_tokenizer):
     full = _trainer(kind, tmp_path / "full", smollm2_tokenizer, save_strategy="steps", save_steps=1)
     full.train()

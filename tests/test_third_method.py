@@ -18,8 +18,16 @@ import torch
 from datasets import Dataset
 from trl import GRPOTrainer, TrlParser
 
-from trl_explore import (ASEComponent, ASEOptions, ComponentOptions, ExplorationConfig, ExplorationTrainer,
-                         OGERComponent, OGEROptions, OGERRewardFunction)
+from trl_explore import (
+    ASEComponent,
+    ASEOptions,
+    ComponentOptions,
+    ExplorationConfig,
+    ExplorationTrainer,
+    OGERComponent,
+    OGEROptions,
+    OGERRewardFunction,
+)
 from trl_explore.components import Component, Needs
 from trl_explore.oger.entropy import entropy_from_logits
 from trl_explore.testing import parity_reward
@@ -57,7 +65,8 @@ class EntropyShapingOptions(ComponentOptions):
         if not self.shaping_alpha > 0:
             raise ValueError(f"shaping_alpha must be > 0, got {self.shaping_alpha}")
         if not self.shaping_kappa > 1:
-            raise ValueError(f"shaping_kappa must be > 1 (the bonus must not flip an advantage), got {self.shaping_kappa}")
+            raise ValueError(f"shaping_kappa must be > 1 (the bonus must not flip an advantage), "
+                             f"got {self.shaping_kappa}")
 
 
 class EntropyShaping(Component):
@@ -99,7 +108,8 @@ def test_options_are_checked_and_read_from_the_command_line():
     with pytest.raises(ValueError, match="shaping_kappa must be > 1"):
         EntropyShapingOptions(shaping_kappa=1.0)
     parser = TrlParser((ExplorationConfig, EntropyShapingOptions))
-    config, options = parser.parse_args_into_dataclasses(["--output_dir", "out", "--bf16", "false", "--shaping_alpha", "0.1"])
+    config, options = parser.parse_args_into_dataclasses(
+        ["--output_dir", "out", "--bf16", "false", "--shaping_alpha", "0.1"])
     assert isinstance(config, ExplorationConfig) and options == EntropyShapingOptions(shaping_alpha=0.1)
 
 

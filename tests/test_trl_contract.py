@@ -6,9 +6,9 @@ import pytest
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_explore.testing import make_tiny_causal_lm
 from trl_explore import trl_contract
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.testing import make_tiny_causal_lm
 
 
 def test_installed_trl_matches_the_contract():
@@ -49,8 +49,9 @@ def test_a_changed_sampler_or_trainer_source_is_reported(monkeypatch):
 def test_listed_attributes_exist_on_a_grpo_trainer(tmp_path, smollm2_tokenizer):
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=1,
                       use_cpu=True, bf16=False, report_to="none")
-    trainer = GRPOTrainer(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                          args=args, train_dataset=Dataset.from_list([{"prompt": "1 + 1 ="}] * 2),
+    trainer = GRPOTrainer(make_tiny_causal_lm(smollm2_tokenizer),
+                          reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": "1 + 1 ="}] * 2),
                           processing_class=smollm2_tokenizer)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); the contract reads it during training
     missing = [name for name in trl_contract.ATTRIBUTES if not hasattr(trainer, name)]

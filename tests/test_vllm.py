@@ -22,12 +22,12 @@ else:
 from datasets import Dataset  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 from trl_explore.ase.steering.vllm import (  # noqa: E402
     ROUTE_KEY,
     VLLMActivationSteeringGenerator,
     steerable_vllm,
 )
+from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
 
 HIDDEN = 256  # 4 heads of 64: a head size vLLM's CPU attention supports
 PROMPTS = [[1, 20 + i, 30, 40, 50] for i in range(4)]
@@ -81,7 +81,8 @@ def engine(request, tiny_path):
 
 
 def _greedy(llm, prompts=PROMPTS, **extra):
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(**GREEDY, **extra), use_tqdm=False)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(**GREEDY, **extra),
+                           use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outputs]
 
 
@@ -236,7 +237,8 @@ def test_evaluation_seeds_each_prompt_so_duplicates_differ(tiny_path):
 def _math_dataset(n=2, offline=False):
     rows = []
     for i in range(n):
-        row = {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}"}
+        row = {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+               "problem_id": f"p{i}"}
         if offline:
             row["offline_completions"] = [f"{i} + {i} = {2 * i}. The answer is \\boxed{{{2 * i}}}."]
             row["offline_teachers"] = ["teacher-a"]
@@ -300,7 +302,8 @@ def test_lora_colocate_gives_the_engine_merged_weights_at_every_step(tmp_path, t
     )
     syncs = []
     sync = trainer.vllm_generation.sync_weights
-    trainer.vllm_generation.sync_weights = lambda: (syncs.append(trainer.state.global_step), sync())[1]
+    # F821 is wrong here: ruff reads the lambda at the `del trainer` below; the lambda runs inside train()
+    trainer.vllm_generation.sync_weights = lambda: (syncs.append(trainer.state.global_step), sync())[1]  # noqa: F821
     trainer.train()
     assert syncs == [0, 1]  # before each of the 2 generations
     llm, policy = trainer.vllm_generation.llm, trainer.model
@@ -335,7 +338,8 @@ def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, 
     )
     assert (args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_max) == ("token_truncate", 2.0)
     trainer = ASEGRPOTrainer(
-        tiny_path, reward_funcs=[parity_reward], args=args, train_dataset=_math_dataset(), processing_class=smollm2_tokenizer
+        tiny_path, reward_funcs=[parity_reward], args=args, train_dataset=_math_dataset(),
+        processing_class=smollm2_tokenizer,
     )
     state = trainer.ase.bank.state_dict()
     vectors = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(0))
@@ -352,7 +356,8 @@ def test_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokenizer, 
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2
     assert sorted(calls[0].tolist()) == [0, 0, 1, 1]  # balanced routes: 2 clean, 2 steered
-    assert trainer.ase.vllm_steerer.hook_calls > 0 and trainer.ase.vllm_steerer.hook_calls == trainer.ase.vllm_steerer.forward_calls
+    steerer = trainer.ase.vllm_steerer
+    assert steerer.hook_calls > 0 and steerer.hook_calls == steerer.forward_calls
     history = _history(trainer)
     assert 0.0 < history["ase/is_weight_mean"] <= 2.0
     assert "ase/route_1_accuracy" in history and "sampling/importance_sampling_ratio/mean" in history
@@ -417,7 +422,8 @@ def test_oger_ase_trainer_two_steps_colocate(tmp_path, tiny_path, smollm2_tokeni
     calls, forwards, batches = [], [], []
     steering, original, score = (trainer.ase.vllm_steerer.steering, trainer.policy_forward,
                                  trainer._generate_and_score_completions)
-    trainer.ase.vllm_steerer.steering = lambda ids, vectors, alpha=None: calls.append(ids.clone()) or steering(ids, vectors, alpha)
+    trainer.ase.vllm_steerer.steering = (
+        lambda ids, vectors, alpha=None: calls.append(ids.clone()) or steering(ids, vectors, alpha))
     trainer.policy_forward = lambda *a, **k: forwards.append(1) or original(*a, **k)
     trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
     trainer.train()

@@ -60,7 +60,8 @@ def test_routed_generate_puts_every_rollout_back_in_its_slot():
     (clean, _, clean_kwargs) = calls[0]
     assert clean_kwargs == {"vllm_xargs": {"user": 1}, "seed": 3}
     steered_kwargs = [c[2] for c in calls if "route" in c[2]["vllm_xargs"]]
-    assert all(k["vllm_xargs"]["user"] == 1 and k["cache_salt"].startswith("s") and k["seed"] == 3 for k in steered_kwargs)
+    assert all(k["vllm_xargs"]["user"] == 1 and k["cache_salt"].startswith("s") and k["seed"] == 3
+               for k in steered_kwargs)
     assert sum(len(p) * n for p, n, _ in calls) == 8  # exactly the 8 rollouts asked for
     with pytest.raises(ValueError, match="7 route keys for 2 prompts x 4"):
         routed_generate(fake_generate, [[10], [20]], 4, keys[:7], lambda key: {}, temperature=0.7)

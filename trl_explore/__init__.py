@@ -12,8 +12,9 @@ The public names below are imported lazily, so ``import trl_explore`` pulls in n
 sentence-transformers (nor TRL) until a name that needs them is used.
 """
 
-from trl_explore.lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from trl_explore.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -46,16 +47,27 @@ _LAZY = {
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
-if TYPE_CHECKING:  # pragma: no cover - for static analysers only
-    from trl_explore.ase.bank import SteeringVectorBank
-    from trl_explore.ase.config import ASEConfig
-    from trl_explore.ase.steering import ActivationSteeringGenerator
-    from trl_explore.ase.trainer import ASEGRPOTrainer
-    from trl_explore.components import Component
-    from trl_explore.data.builder import OfflineDatasetBuilder, build_offline_dataset
-    from trl_explore.oger.config import OGERConfig
-    from trl_explore.driver import ExplorationTrainer
-    from trl_explore.oger.trainer import OGERTrainer
-    from trl_explore.oger_ase import OGERASEConfig, OGERASETrainer
-    from trl_explore.rewards.math_verify_reward import MathVerifyReward, extract_answer, math_reward, verify_answer
-    from trl_explore.oger.reward import OGERRewardFunction
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only (``X as X``: an explicit re-export)
+    from trl_explore.ase.bank import SteeringVectorBank as SteeringVectorBank
+    from trl_explore.ase.component import ASEComponent as ASEComponent
+    from trl_explore.ase.config import ASEConfig as ASEConfig
+    from trl_explore.ase.options import ASEOptions as ASEOptions
+    from trl_explore.ase.steering import ActivationSteeringGenerator as ActivationSteeringGenerator
+    from trl_explore.ase.trainer import ASEGRPOTrainer as ASEGRPOTrainer
+    from trl_explore.components import Component as Component
+    from trl_explore.config import ComponentOptions as ComponentOptions
+    from trl_explore.config import ExplorationConfig as ExplorationConfig
+    from trl_explore.data.builder import OfflineDatasetBuilder as OfflineDatasetBuilder
+    from trl_explore.data.builder import build_offline_dataset as build_offline_dataset
+    from trl_explore.driver import ExplorationTrainer as ExplorationTrainer
+    from trl_explore.oger.component import OGERComponent as OGERComponent
+    from trl_explore.oger.config import OGERConfig as OGERConfig
+    from trl_explore.oger.options import OGEROptions as OGEROptions
+    from trl_explore.oger.reward import OGERRewardFunction as OGERRewardFunction
+    from trl_explore.oger.trainer import OGERTrainer as OGERTrainer
+    from trl_explore.oger_ase import OGERASEConfig as OGERASEConfig
+    from trl_explore.oger_ase import OGERASETrainer as OGERASETrainer
+    from trl_explore.rewards.math_verify_reward import MathVerifyReward as MathVerifyReward
+    from trl_explore.rewards.math_verify_reward import extract_answer as extract_answer
+    from trl_explore.rewards.math_verify_reward import math_reward as math_reward
+    from trl_explore.rewards.math_verify_reward import verify_answer as verify_answer

@@ -143,7 +143,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
                                  tokenizer=tokenizer,
                                  offline_column=getattr(training_args, "offline_completions_column", ""))
-    trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset, peft_config=get_peft_config(model_args))
+    trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
+                          peft_config=get_peft_config(model_args))
     use_compact_logs(trainer)
     evaluator = None
     if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")

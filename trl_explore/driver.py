@@ -25,20 +25,26 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_explore.components import Forward, ForwardCall, ForwardResult, LossCall, Rollout, SamplingCall, ScoredBatch
-from trl_explore.components import TrainerPlan
+from trl_explore.components import (
+    Forward,
+    ForwardCall,
+    ForwardResult,
+    LossCall,
+    Rollout,
+    SamplingCall,
+    ScoredBatch,
+    TrainerPlan,
+)
 from trl_explore.config import ExplorationConfig, default_verifier
 from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
 from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
-from trl_explore.positions import check_context_length, check_position_ids_supported, mask_positions
+from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions
-from trl_explore.rewards.checks import not_scored_counts
+from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions, not_scored_counts
 from trl_explore.rows import check_datasets, check_prompt_rows
-from trl_explore.sampler_settings import effective_sampler
-from trl_explore.sampler_settings import trl_temperature_note
+from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
@@ -211,14 +217,6 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
         return rewards_per_func
 
     # ---------------------------------------------------------------- policy forwards and loss (TRL hooks)
-    def _trl_forward(self, model, *args, **kwargs):
-        """TRL's ``_get_per_token_logps_and_entropies`` with position ids taken from the attention mask, as
-        ``generate`` numbers them. TRL builds the model inputs inside that method (ids, mask, multimodal keys) and
-        has no ``position_ids`` argument, so :func:`~trl_explore.positions.mask_positions` passes them through a
-        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged."""
-        with mask_positions(model):
-            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # Overrides GRPOTrainer._get_per_token_logps_and_entropies: (a) inside `_compute_loss`, returns the forward the
         # driver already made (checked to be the same batch); (b) runs TRL's scoring forward under the contexts of the

@@ -1,7 +1,8 @@
 """Teacher-forced policy forwards of :class:`~trl_explore.driver.ExplorationTrainer` on given completions: TRL's own
 (the trained policy's distribution) and the behaviour one (the distribution the rollouts were sampled from: the
 components' steering and the effective sampler, :mod:`trl_explore.sampler_settings`). A mixin over ``GRPOTrainer``
-that reads the driver's ``_trl_forward``, ``behaviour_context`` and ``sampler``."""
+that provides TRL's forward with positions from the attention mask (``_trl_forward``) and reads the driver's
+``behaviour_context`` and ``sampler``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from trl_explore.sampler_settings import processed_logits, token_logps_and_entro
 
 
 class TeacherForcedMixin:
-    """``policy_forward`` and ``behaviour_forward`` (below); the driver provides ``_trl_forward``,
+    """``_trl_forward``, ``policy_forward`` and ``behaviour_forward`` (below); the driver provides
     ``behaviour_context`` and ``sampler``."""
+
+    def _trl_forward(self, model, *args, **kwargs):
+        """TRL's ``_get_per_token_logps_and_entropies`` with position ids taken from the attention mask, as
+        ``generate`` numbers them. TRL builds the model inputs inside that method (ids, mask, multimodal keys) and
+        has no ``position_ids`` argument, so :func:`~trl_explore.positions.mask_positions` passes them through a
+        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged."""
+        with mask_positions(model):
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _teacher_forced_batch(self, prompt_ids: list, completion_ids: list):
         """``(input_ids [B, P + T], attention_mask, completion_ids [B, T])`` on the device: left-padded prompts,

@@ -97,7 +97,8 @@ class OGERASETrainer(ExplorationTrainer):
     def __init__(self, model, reward_funcs=None, args: OGERASEConfig | None = None,
                  encoder: TrajectoryEncoder | None = None, bank: SteeringVectorBank | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERASEConfig, "OGER-ASE")
-        oger, ase = OGERComponent(OGEROptions.from_config(args), encoder), ASEComponent(ASEOptions.from_config(args), bank)
+        oger = OGERComponent(OGEROptions.from_config(args), encoder)
+        ase = ASEComponent(ASEOptions.from_config(args), bank)
         check_composition(oger.options, ase.options, args)
         super().__init__(model, reward_funcs, args=args, components=[oger, ase], **kwargs)
 

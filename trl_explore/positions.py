@@ -16,8 +16,8 @@ table whose forward takes no ``position_ids``.
 from __future__ import annotations
 
 import contextlib
-import logging
 import inspect
+import logging
 
 import torch
 from torch import nn

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-
 _NAME = object()  # register(name) without an entry: the entry is the name
 
 
@@ -40,7 +39,8 @@ class Registry:
         self._help: dict[str, str] = {}
 
     def register(self, name: str, entry: Any = _NAME, help: str = "") -> Any:
-        """Register ``entry`` under ``name`` (``entry`` defaults to ``name``; None is an entry) and return the entry."""
+        """Register ``entry`` under ``name`` (``entry`` defaults to ``name``; None is an entry) and return the
+        entry."""
         if name in self._entries:
             raise ValueError(f"{self.option}: {name!r} is registered twice")
         self._entries[name] = name if entry is _NAME else entry

@@ -20,7 +20,6 @@ import pathlib
 import warnings
 from collections.abc import Mapping, Sequence
 
-from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 KNOWN_WARNINGS = (
@@ -62,6 +61,11 @@ def format_number(value) -> str:
     return "nan" if math.isnan(value) else f"{value:.4g}"
 
 
+def _steps(count: int) -> str:
+    """``"1 step"``, ``"2 steps"``, ``"0 steps"``."""
+    return f"{count} step{'' if count == 1 else 's'}"
+
+
 def compact_log_line(logs: Mapping, step: int, max_steps: int, method_keys: Sequence[str] = ()) -> str | None:
     """One line for a person to scan, from one dict that ``Trainer.log`` hands to the callbacks.
 
@@ -78,7 +82,7 @@ def compact_log_line(logs: Mapping, step: int, max_steps: int, method_keys: Sequ
     if not logs:
         return None
     if "train_runtime" in logs:
-        parts = [f"done: {step} step{'' if step == 1 else 's'} in {format_number(logs['train_runtime'])} s"]
+        parts = [f"done: {_steps(step)} in {format_number(logs['train_runtime'])} s"]
         if "train_loss" in logs:
             parts.append(f"mean loss {format_number(logs['train_loss'])}")
         return " | ".join(parts)
@@ -227,7 +231,7 @@ def finish_run(trainer, output_dir: str, dataset_name: str | None, tag: str, met
     if not trainer.accelerator.is_main_process:
         return
     logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith(metric_prefixes)}
-    print(f"[{tag}] {trainer.state.global_step} steps in {seconds:.1f} s; model saved to {output_dir}")
+    print(f"[{tag}] {_steps(trainer.state.global_step)} in {seconds:.1f} s; model saved to {output_dir}")
     print(f"[{tag}] last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(logged.items())))
     for line in lines:
         print(f"[{tag}] {line}")

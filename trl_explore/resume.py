@@ -29,8 +29,16 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from trl_explore.checkpoints import (RECORD_NAME, compare_run_records, describe_torn, inspect_checkpoint, inspect_run,
-                                     list_files, run_record, write_record)
+from trl_explore.checkpoints import (
+    RECORD_NAME,
+    compare_run_records,
+    describe_torn,
+    inspect_checkpoint,
+    inspect_run,
+    list_files,
+    run_record,
+    write_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +90,8 @@ def save_generation_state(directory: str, process_index: int, step: int, buffere
     """
     tensors: dict[str, torch.Tensor] = {}
     slices = None if buffered is None else [
-        {key: _describe(value, f"{i}/{key}", tensors) for key, value in batch.items()} for i, batch in enumerate(buffered)
+        {key: _describe(value, f"{i}/{key}", tensors) for key, value in batch.items()}
+        for i, batch in enumerate(buffered)
     ]
     path = os.path.join(directory, STATE_DIR)
     os.makedirs(path, exist_ok=True)
@@ -137,7 +146,8 @@ def check_buffered_geometry(buffered: list[dict], args, checkpoint: str) -> None
 
 
 class EpochSampler(Sampler):
-    """TRL's ``RepeatSampler`` with an epoch: iteration ``e`` yields the order the uninterrupted run has in epoch ``e``.
+    """TRL's ``RepeatSampler`` with an epoch: iteration ``e`` yields the order the uninterrupted run has in epoch
+    ``e``.
 
     ``RepeatSampler`` seeds its generator once and draws one permutation per iteration, so epoch ``e`` uses the
     ``e + 1``-th permutation of ``seed``. Here each iteration re-seeds the generator and discards ``e`` permutations
@@ -204,7 +214,8 @@ class ResumableTrainerMixin:
         if self.use_vllm and self.args.vllm_mode == "server" and not getattr(self, "_warned_server_resume", False):
             self._warned_server_resume = True
             logger.warning("%s: the vLLM server's sampler state is not part of a checkpoint: a run resumed from it "
-                           "samples other completions than the uninterrupted run from its next generation on", output_dir)
+                           "samples other completions than the uninterrupted run from its next generation on",
+                           output_dir)
 
     def _save_checkpoint(self, model, trial):
         # Overrides GRPOTrainer._save_checkpoint (TRL's, then Transformers'): the folder's completion record says

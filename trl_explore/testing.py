@@ -5,7 +5,9 @@
 * :func:`parity_reward`: a synthetic verifier that gives groups of mixed right and wrong answers;
 * :func:`doubling_dataset` and :func:`teacher_math_dataset`: two-prompt datasets in the layout the trainers take
   (``prompt``, ``answer``, ``problem_id``, optionally ``offline_completions`` / ``offline_teachers``);
-* :func:`tiny_training_args`: the ``GRPOConfig`` keyword arguments of a few fast CPU steps;
+* :func:`tiny_training_args`: the ``GRPOConfig`` keyword arguments of a few fast CPU steps; :func:`tiny_oger_args`,
+  :func:`tiny_ase_args` and :func:`tiny_oger_ase_args`: the same for ``OGERConfig``, ``ASEConfig`` and
+  ``OGERASEConfig``, with each method's parts on a tiny scale;
 * :func:`run_two_cpu_processes`: a script in two CPU processes (gloo), as ``torchrun`` starts them;
   :func:`run_in_session`: a command killed whole (its children too) when it outlives its timeout.
 
@@ -93,7 +95,8 @@ def teacher_math_dataset():
                                  "Two plus two equals four, so the result is \\boxed{4}."],
          "offline_teachers": ["teacher-a", "teacher-b"]},
         {"prompt": [{"role": "user", "content": "What is 3 * 3?"}], "answer": "9",
-         "offline_completions": ["Since 3 times 3 is 9, the answer is \\boxed{9}."], "offline_teachers": ["teacher-c"]},
+         "offline_completions": ["Since 3 times 3 is 9, the answer is \\boxed{9}."],
+         "offline_teachers": ["teacher-c"]},
     ])
 
 
@@ -105,6 +108,31 @@ def tiny_training_args(output_dir, **overrides) -> dict:
         "max_completion_length": 8, "max_steps": 2, "learning_rate": 1e-3, "logging_steps": 1, "report_to": "none",
         "save_strategy": "no", "use_cpu": True, "bf16": False, "seed": 0, "log_completions": False, **overrides,
     }
+
+
+def tiny_oger_args(output_dir, **overrides) -> dict:
+    """:func:`tiny_training_args` for an ``OGERConfig``: the embedded embedder and 24 new tokens (groups of 4, one per
+    step). Pair it with :func:`teacher_math_dataset`."""
+    return tiny_training_args(output_dir, **{"max_completion_length": 24, "embedding_model": "embedded", **overrides})
+
+
+def tiny_ase_args(output_dir, **overrides) -> dict:
+    """:func:`tiny_training_args` for an ``ASEConfig``: one group of 6 rollouts per step (3 routes x 2: K = 2 vectors
+    and the clean route; one prompt per step, as the lm_head over a 49k vocabulary dominates a step), a bank
+    clustered on 8 PCA dimensions (2 k-means restarts) from as little as one contrast pair per cluster (the mechanics,
+    not the guard against tiny clusters). Pair it with :func:`doubling_dataset`."""
+    return tiny_training_args(output_dir, **{
+        "per_device_train_batch_size": 6, "num_generations": 6, "num_vectors": 2, "pca_dim": 8, "kmeans_n_init": 2,
+        "min_pairs_per_cluster": 1, **overrides,
+    })
+
+
+def tiny_oger_ase_args(output_dir, **overrides) -> dict:
+    """:func:`tiny_ase_args` for an ``OGERASEConfig``: also the embedded embedder, the bank on 4 PCA dimensions and
+    steering strength 4 (the tiny model's distributions move measurably). Pair it with
+    ``doubling_dataset(2, DOUBLING_TEACHERS)``."""
+    return tiny_ase_args(output_dir, **{"pca_dim": 4, "embedding_model": "embedded", "steering_alpha": 4.0,
+                                        **overrides})
 
 
 def run_in_session(cmd, env=None, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -58,8 +58,9 @@ forward itself with the same keys and replays it to TRL."""
 
 ATTRIBUTES: tuple[str, ...] = (
     # set by GRPOTrainer.__init__ (or Trainer), read by the driver, components or presets
-    "_metrics", "_tokenizer", "_step", "accelerator", "args", "state", "model", "processing_class", "reward_func_names",
-    "num_generations", "num_generations_eval", "temperature", "max_completion_length", "eos_token_ids",
+    "_metrics", "_tokenizer", "_step", "accelerator", "args", "state", "model", "processing_class",
+    "reward_func_names", "num_generations", "num_generations_eval", "temperature", "max_completion_length",
+    "eos_token_ids",
     "use_vllm", "use_transformers_continuous_batching", "rollout_func", "tools", "vllm_importance_sampling_correction",
     "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",
     "top_entropy_quantile", "_entropy_bonus_enabled", "aux_loss_enabled", "current_gradient_accumulation_steps",
@@ -143,7 +144,8 @@ OTHER_SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     # it reads the sampler's shuffle, seed, generator and num_samples
     "trl.trainer.utils:RepeatSampler.__init__": ("self.shuffle = shuffle", "self.seed = seed",
                                                  "self.generator.manual_seed(seed)"),
-    "trl.trainer.utils:RepeatSampler.__iter__": ("indexes = torch.randperm(self.num_samples, generator=self.generator)",),
+    "trl.trainer.utils:RepeatSampler.__iter__": (
+        "indexes = torch.randperm(self.num_samples, generator=self.generator)",),
 }
 
 

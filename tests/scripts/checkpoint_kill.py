@@ -22,9 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
+import torch
 
 KILL_STEP = 3
 rank = int(os.environ.get("RANK", "0"))

@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # How each engine is launched (the command before the script) and what it adds to the trainer's config.
 # DeepSpeed and FSDP2 use the shipped accelerate_configs/ with 2 processes, no mixed precision and gloo.
 _ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--mixed_precision", "no",
@@ -50,42 +48,38 @@ def launch_command(engine: str, out: Path, port: int) -> tuple[list[str], dict]:
 def _grpo():
     from trl import GRPOConfig, GRPOTrainer
 
-    from test_ase_trainer import _dataset, parity_reward
+    from trl_explore.testing import doubling_dataset, parity_reward
 
-    return GRPOTrainer, GRPOConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
+    return GRPOTrainer, GRPOConfig, doubling_dataset(), {"reward_funcs": [parity_reward]}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
 
 
 def _oger():
-    from test_oger_trainer import _dataset
-
     from trl_explore import OGERConfig, OGERTrainer
+    from trl_explore.testing import teacher_math_dataset
 
     # each process holds one whole group of 4 (OGER replaces within groups); the default rewards (R_m + R_OGER)
-    return OGERTrainer, OGERConfig, _dataset(), {}, {
+    return OGERTrainer, OGERConfig, teacher_math_dataset(), {}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
         "embedding_model": "embedded"}
 
 
 def _ase():
-    from test_ase_trainer import _dataset, parity_reward
-
     from trl_explore import ASEConfig, ASEGRPOTrainer
+    from trl_explore.testing import doubling_dataset, parity_reward
 
     # a group of 6 split 3 + 3 over the processes (ASE gathers readouts and rewards for one bank)
-    return ASEGRPOTrainer, ASEConfig, _dataset(), {"reward_funcs": [parity_reward]}, {
+    return ASEGRPOTrainer, ASEConfig, doubling_dataset(), {"reward_funcs": [parity_reward]}, {
         "per_device_train_batch_size": 3, "num_generations": 6, "num_vectors": 2, "pca_dim": 8, "kmeans_n_init": 2,
         "max_completion_length": 8, "min_pairs_per_cluster": 1}
 
 
 def _oger_ase():
-    from test_ase_trainer import parity_reward
-    from test_oger_trainer import _dataset
-
     from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction
+    from trl_explore.testing import parity_reward, teacher_math_dataset
 
     # whole groups of 4 per process (OGER), 2 routes of 2 rollouts, one bank from both processes' pairs (ASE)
-    return OGERASETrainer, OGERASEConfig, _dataset(), {
+    return OGERASETrainer, OGERASEConfig, teacher_math_dataset(), {
         "reward_funcs": [parity_reward, OGERRewardFunction(verifier=parity_reward)]}, {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
         "embedding_model": "embedded", "num_vectors": 1, "pca_dim": 8, "kmeans_n_init": 2, "min_pairs_per_cluster": 1}
@@ -155,8 +149,8 @@ def main(engine: str, out: Path, trainer_names: list[str]) -> None:
     """Train each trainer in turn in this process (one launch per engine: start-up dominates a launch)."""
     from transformers import AutoTokenizer
 
-    from trl_explore.testing import make_tiny_causal_lm
     from trl_explore.defaults import default_policy_path
+    from trl_explore.testing import make_tiny_causal_lm
 
     tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
     # every model before the first config: once a ZeRO-3 config exists, transformers builds models through

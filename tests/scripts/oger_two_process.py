@@ -8,16 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformers import AutoTokenizer
 
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
-from test_oger_trainer import _dataset  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from trl_explore import OGERConfig, OGERTrainer  # noqa: E402
-from trl_explore.defaults import default_policy_path  # noqa: E402
-from trl_explore.oger import component as oger_trainer_module  # noqa: E402
-from trl_explore.oger import trainer as oger_trainer  # noqa: E402
+from trl_explore import OGERConfig, OGERTrainer
+from trl_explore.defaults import default_policy_path
+from trl_explore.oger import component as oger_trainer_module
+from trl_explore.oger import trainer as oger_trainer
+from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
@@ -26,7 +23,8 @@ records = []
 
 class RecordingOGERComponent(oger_trainer_module.OGERComponent):
     def offline_for_group(self, rows, group, need_embeddings=True):
-        records.append({"step": self.trainer.state.global_step, "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
+        records.append({"step": self.trainer.state.global_step,
+                        "prompts": [rows[i]["prompt"][0]["content"] for i in group]})
         return super().offline_for_group(rows, group, need_embeddings)
 
 
@@ -48,7 +46,8 @@ args = OGERConfig(
     max_steps=2, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
     bf16=False, embedding_model="embedded", seed=0,
 )
-trainer = OGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_dataset=_dataset(), processing_class=tokenizer)
+trainer = OGERTrainer(make_tiny_causal_lm(tokenizer), args=args, train_dataset=teacher_math_dataset(),
+                      processing_class=tokenizer)
 trainer.train()
 rank = trainer.accelerator.process_index
 (out / f"rank{rank}.json").write_text(json.dumps({"records": records, "log_history": trainer.state.log_history}))

@@ -7,16 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
 
-import torch  # noqa: E402
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from trl_explore.testing import parity_reward  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from trl_explore import ASEConfig, ASEGRPOTrainer  # noqa: E402
-from trl_explore.defaults import default_policy_path  # noqa: E402
+from trl_explore import ASEConfig, ASEGRPOTrainer
+from trl_explore.defaults import default_policy_path
+from trl_explore.testing import make_tiny_causal_lm, parity_reward
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
@@ -57,7 +54,8 @@ diff = max((p.detach() - weights[n].detach()).abs().max().item() for n, p in res
 banks = full.ase.bank.state_dict(), resumed.ase.bank.state_dict()
 result = {
     "generated": full.generated, "resumed_generated": resumed.generated, "losses": losses(full),
-    "resumed_losses": losses(resumed), "max_weight_diff": diff, "updates": [full.ase.bank.num_updates, resumed.ase.bank.num_updates],
+    "resumed_losses": losses(resumed), "max_weight_diff": diff,
+    "updates": [full.ase.bank.num_updates, resumed.ase.bank.num_updates],
     "bank_equal": all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
                       for a, b in zip(banks[0].values(), banks[1].values())),
 }

@@ -35,14 +35,20 @@ from safetensors.torch import load_file, save_file
 
 from trl_explore.ase.contrasts import CORRECT_THRESHOLD, contrast_pairs, pair_differences, shuffle_pair_labels
 from trl_explore.ase.controls import BANK_CONTROLS
-from trl_explore.ase.directions import (cluster_candidates, ema_update, match_to_previous, mean_pairwise_cosine,
-                                        random_directions_like, random_unit_vectors)
+from trl_explore.ase.directions import (
+    cluster_candidates,
+    ema_update,
+    match_to_previous,
+    mean_pairwise_cosine,
+    random_directions_like,
+    random_unit_vectors,
+)
 from trl_explore.similarity import EPS as _EPS
 from trl_explore.similarity import cosine_matrix  # noqa: F401 - re-exported with the bank's steps
 
 __all__ = [  # the pure steps live in contrasts.py and directions.py; re-exported here, where the recipe uses them
-    "CORRECT_THRESHOLD", "SteeringVectorBank", "applied_strength", "bank_metrics", "cluster_candidates", "cosine_matrix",
-    "contrast_pairs", "ema_update", "match_to_previous", "mean_pairwise_cosine", "pair_differences",
+    "CORRECT_THRESHOLD", "SteeringVectorBank", "applied_strength", "bank_metrics", "cluster_candidates",
+    "cosine_matrix", "contrast_pairs", "ema_update", "match_to_previous", "mean_pairwise_cosine", "pair_differences",
     "random_directions_like", "random_unit_vectors", "shuffle_pair_labels",
 ]
 

@@ -31,10 +31,22 @@ from trl_explore.ase.card import ASE_CARD
 from trl_explore.ase.controls import BANK_READOUTS, CLEAN_ROUTE, OFFLINE_ROUTE
 from trl_explore.ase.importance import routed_importance_weights
 from trl_explore.ase.options import ASEOptions
-from trl_explore.ase.recording import ASERollout, BankStep, BlockReadouts, SampledTokenLogProbs, check_steering_layer
-from trl_explore.ase.recording import max_routes
-from trl_explore.ase.routing import pairwise_answer_disagreement, per_route_accuracy, plan_routes, problem_id
-from trl_explore.ase.routing import prompt_key, shared_problem_id_warning
+from trl_explore.ase.recording import (
+    ASERollout,
+    BankStep,
+    BlockReadouts,
+    SampledTokenLogProbs,
+    check_steering_layer,
+    max_routes,
+)
+from trl_explore.ase.routing import (
+    pairwise_answer_disagreement,
+    per_route_accuracy,
+    plan_routes,
+    problem_id,
+    prompt_key,
+    shared_problem_id_warning,
+)
 from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offsets
 from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation
@@ -116,7 +128,8 @@ class ASEComponent(Component):
         if args.use_vllm and args.vllm_mode == "server":
             from trl_explore.ase.steering.vllm_server import ServerSteering
 
-            self.vllm_steerer = ServerSteering(trainer.vllm_generation, trainer.accelerator, steer_prompt=opts.steer_prompt)
+            self.vllm_steerer = ServerSteering(trainer.vllm_generation, trainer.accelerator,
+                                               steer_prompt=opts.steer_prompt)
             if trainer.accelerator.is_main_process:  # fails now if the server cannot steer this block of this model
                 self.vllm_steerer.check_server(opts.steering_layer, hidden_size)
         elif args.use_vllm:
@@ -150,7 +163,8 @@ class ASEComponent(Component):
 
     # ---------------------------------------------------------------- generation
     def plan_routes(self, num_rows: int, num_generations: int):
-        """``(steering ids [B], table [R, d], logged routes [B])`` of this process's rollouts, or None (no steering)."""
+        """``(steering ids [B], table [R, d], logged routes [B])`` of this process's rollouts, or None (no
+        steering)."""
         t = self.trainer
         micro_step = t._step % t.args.gradient_accumulation_steps
         return plan_routes(self.bank, self.options, num_rows, num_generations, t.accelerator.num_processes,
@@ -194,8 +208,8 @@ class ASEComponent(Component):
         if any(rollout.offline):  # rows not sampled from the policy (e.g. teacher trajectories): no route, no offset
             offline = torch.tensor(rollout.offline, dtype=torch.bool)
             offsets = None if self.rollout.offsets is None else self.rollout.offsets.masked_fill(offline[:, None], 0.0)
-            self.rollout = dataclasses.replace(self.rollout, routes=self.rollout.routes.masked_fill(offline, OFFLINE_ROUTE),
-                                               offsets=offsets)
+            routes = self.rollout.routes.masked_fill(offline, OFFLINE_ROUTE)
+            self.rollout = dataclasses.replace(self.rollout, routes=routes, offsets=offsets)
         self.trainer._log_completion_extra("route", self.rollout.routes.tolist())  # a log_completions column
         return rollout
 
@@ -302,12 +316,14 @@ class ASEComponent(Component):
         step.updated = True
         clean = t.accelerator.gather(step.readouts.to(t.accelerator.device)).cpu()  # TRL's forwards are unsteered
         readouts = clean
-        if step.offsets is not None and BANK_READOUTS[self.options.bank_readouts]:  # as generated: clean + alpha v_route
+        # as generated: clean + alpha v_route
+        if step.offsets is not None and BANK_READOUTS[self.options.bank_readouts]:
             readouts = clean + t.accelerator.gather(step.offsets.to(t.accelerator.device)).cpu()
         valid = t.accelerator.gather(step.valid.to(t.accelerator.device)).cpu() & torch.isfinite(step.correct)
         keep = valid.nonzero().squeeze(1)
         start = time.perf_counter()
-        diagnostics = self.bank.update(readouts[keep], [step.problem_ids[i] for i in keep.tolist()], step.correct[keep])
+        diagnostics = self.bank.update(readouts[keep], [step.problem_ids[i] for i in keep.tolist()],
+                                       step.correct[keep])
         elapsed = time.perf_counter() - start
         if t.accelerator.num_processes > 1:  # every process holds process 0's bank, bit for bit
             synced = broadcast_object_list([self.bank.state_dict(), diagnostics], from_process=0)
@@ -317,15 +333,17 @@ class ASEComponent(Component):
             bank, smallest = self.bank, diagnostics.get("smallest_cluster")
             why = (f"the smallest K-means cluster holds {int(smallest)}" if smallest is not None
                    else f"fewer than K x min_pairs_per_cluster = {bank.num_vectors * bank.min_pairs_per_cluster}")
-            logger.warning("ASE: bank update skipped at step %d: %d contrast pairs, %s (min_pairs_per_cluster=%d); the "
-                           "bank is kept", t.state.global_step, diagnostics["num_pairs"], why, bank.min_pairs_per_cluster)
+            logger.warning("ASE: bank update skipped at step %d: %d contrast pairs, %s (min_pairs_per_cluster=%d); "
+                           "the bank is kept", t.state.global_step, diagnostics["num_pairs"], why,
+                           bank.min_pairs_per_cluster)
         vectors = self.bank.vectors if self.bank.pending_vectors is None else self.bank.pending_vectors
         if vectors is not None and len(keep) > 0:  # the strength the next rollouts are steered with
             strength = applied_strength(vectors, self.options.steering_alpha, clean[keep])
             diagnostics.update({f"applied_strength/{s + 1}": v for s, v in enumerate(strength.tolist())})
         self.bank_diagnostics.append({"global_step": t.state.global_step, **diagnostics})
-        logged = {"ase/num_pairs": diagnostics["num_pairs"], "ase/skipped_updates": float(self.bank.num_skipped_updates),
-                  "ase/bank_update_time": elapsed, **bank_metrics(diagnostics)}
+        logged = {"ase/num_pairs": diagnostics["num_pairs"],
+                  "ase/skipped_updates": float(self.bank.num_skipped_updates), "ase/bank_update_time": elapsed,
+                  **bank_metrics(diagnostics)}
         for name, value in logged.items():
             t._metrics["train"][name].append(value)
 
@@ -337,8 +355,9 @@ class ASEComponent(Component):
         generation is aligned with the optimizer step; both are of ``softmax(logits / GRPOConfig.temperature)``.
         ``pi_steered`` is the recorded behaviour log-prob (``sampling_per_token_logps``): the steered policy under the
         effective sampler (``trainer.sampler``: the ``generation_kwargs`` temperature, top-k / top-p / min-p
-        truncation and renormalisation), i.e. the distribution the token was drawn from. As ``w > 0``, ``A * w`` multiplies each token's objective by
-        ``w`` for every TRL loss type (verl's token-level TIS); the KL and entropy terms are not weighted."""
+        truncation and renormalisation), i.e. the distribution the token was drawn from. As ``w > 0``, ``A * w``
+        multiplies each token's objective by ``w`` for every TRL loss type (verl's token-level TIS); the KL and
+        entropy terms are not weighted."""
         inputs = call.inputs
         if self.trainer.use_vllm or not self._weighs(inputs, call.mode):
             return call.advantages

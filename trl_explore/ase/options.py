@@ -146,7 +146,8 @@ class ASEOptions(ComponentOptions):
         default=0, metadata={"help": "Index of the verifier reward R_m in reward_funcs."}
     )
     include_offline_in_bank: bool = field(
-        default=False, metadata={"help": "Let offline (teacher) rows form contrast pairs (default: sampled rows only)."}
+        default=False,
+        metadata={"help": "Let offline (teacher) rows form contrast pairs (default: sampled rows only)."},
     )
 
     @property

@@ -9,9 +9,9 @@ import torch
 
 from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.steering import readout_positions
+from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 from trl_explore.models import unwrap_model
 from trl_explore.sampler_settings import SamplerSettings, processed_logits
-from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 
 
 class SampledTokenLogProbs:
@@ -89,7 +89,8 @@ class SampledTokenLogProbs:
             raise RuntimeError("ASE behaviour log-probs: the model's forward hook never ran during generation")
         skip = tuple(skip) or (False,) * len(completion_ids)
         num_steps = len(self._logps) + 1
-        last = [ids[num_steps - 1] if len(ids) >= num_steps and not off else 0 for ids, off in zip(completion_ids, skip)]
+        last = [ids[num_steps - 1] if len(ids) >= num_steps and not off else 0
+                for ids, off in zip(completion_ids, skip)]
         self._record(torch.tensor(last))
         logps = torch.stack(self._logps, dim=1).cpu()  # [B, steps]
         tokens = torch.stack(self._tokens, dim=1).cpu()

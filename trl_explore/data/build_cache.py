@@ -52,7 +52,8 @@ FORMAT = 1
 """Layout version of the cache files."""
 TIMEOUT = "timeout"
 """What the cache stores for a solution graded past the timeout (read back as not verified)."""
-_GRADER_MODULES = ("trl_explore.rewards.grading", "trl_explore.rewards.guards", "trl_explore.rewards.ascii_math",
+_GRADER_MODULES = ("trl_explore.rewards.grading", "trl_explore.rewards.answers", "trl_explore.rewards.comparison",
+                   "trl_explore.rewards.guards", "trl_explore.rewards.ascii_math", "trl_explore.rewards.gold_text",
                    "trl_explore.rewards.modes", "trl_explore.data.champ_answers")  # fmt: skip
 
 
@@ -68,8 +69,9 @@ def default_folder() -> pathlib.Path:
 @functools.lru_cache(maxsize=1)
 def grader_version() -> str:
     """16 hex digits naming the grader's verdicts: a hash of :data:`GRADER_VERSION`, the source of the grader's modules
-    (``trl_explore.rewards``: grading, guards, ascii_math, modes; ``trl_explore.data.champ_answers``, the plain-text
-    gold reader) and the installed math-verify and latex2sympy2_extended versions."""
+    (``trl_explore.rewards``: grading, answers, comparison, guards, ascii_math, gold_text, modes;
+    ``trl_explore.data.champ_answers``, the plain-text gold reader) and the installed math-verify and
+    latex2sympy2_extended versions."""
     digest = hashlib.sha256(GRADER_VERSION.encode())
     for name in _GRADER_MODULES:
         digest.update(pathlib.Path(importlib.import_module(name).__file__).read_bytes())

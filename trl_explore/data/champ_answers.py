@@ -17,7 +17,6 @@ import re
 
 from trl_explore.rewards.gold_text import UNICODE_REPLACEMENTS, clean_gold_text  # noqa: F401 - re-exported
 
-
 # "A, or equivalently B" -> both A and B are accepted; "A, or approximately B" -> only A (B is rounded).
 _ALTERNATIVE_SEPARATOR = re.compile(r",\s*or (?:equivalently|an equivalent form such as)\s+", re.IGNORECASE)
 _APPROXIMATION = re.compile(r",\s*or approximately\s+.*$", re.IGNORECASE)

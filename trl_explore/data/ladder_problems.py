@@ -293,7 +293,7 @@ def check_levels(levels: Sequence[str]) -> list[str]:
 
 def _sizes(size: int | Mapping[str, int], split: str) -> dict[str, int]:
     """Per-level count of one split: an int for every level, or ``{level: n}`` (levels left out get 0)."""
-    sizes = dict(size) if isinstance(size, Mapping) else {name: size for name in LEVELS}
+    sizes = dict(size) if isinstance(size, Mapping) else dict.fromkeys(LEVELS, size)
     bad = {k: v for k, v in sizes.items() if k not in LEVELS or not isinstance(v, int) or isinstance(v, bool) or v < 0}
     if bad:
         raise ValueError(f"{split}_size must be a non-negative int or {{level: int}} with levels from {list(LEVELS)}, "

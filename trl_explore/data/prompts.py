@@ -84,7 +84,8 @@ def validate_messages(messages: object, where: str) -> list[dict[str, str]]:
         if message["role"] not in _ROLES:
             raise ValueError(f"{where}: message {i} has role {message['role']!r}; expected one of {_ROLES}.")
         if not isinstance(message["content"], str):
-            raise ValueError(f"{where}: message {i} content must be a string, got {type(message['content']).__name__}.")
+            raise ValueError(f"{where}: message {i} content must be a string, "
+                             f"got {type(message['content']).__name__}.")
         out.append({"role": message["role"], "content": message["content"]})
     if out[-1]["role"] != "user":
         raise ValueError(f"{where}: the last message must come from the user, got {out[-1]['role']!r}.")

@@ -19,14 +19,15 @@ class DataArguments(PassRateFilterArguments):
     dataset_name: str = field(
         default="ladder",
         metadata={"help": "'ladder' (the generated arithmetic ladder with four teacher styles; splits train, "
-                  "validation, test), 'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), a "
-                  "folder saved with save_to_disk, or a Hub dataset id (prompt and answer columns; OGER also needs "
+                  "validation, test), 'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), "
+                  "a folder saved with save_to_disk, or a Hub dataset id (prompt and answer columns; OGER also needs "
                   "offline_completions: see docs/own-data.md)."},
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     ladder_levels: list[str] | None = field(
         default=None,
-        metadata={"help": "With dataset_name 'ladder': the levels to train on (default: all; trl_explore.data.LEVELS)."},
+        metadata={"help": "With dataset_name 'ladder': the levels to train on (default: all; "
+                          "trl_explore.data.LEVELS)."},
     )
     champ_settings: list[str] | None = field(
         default=None,

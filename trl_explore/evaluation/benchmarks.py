@@ -272,7 +272,8 @@ def _text(value: Any, name: str, where: str) -> str:
     """A non-empty answer / question string (numbers converted, lists joined with ", ")."""
     if isinstance(value, (list, tuple)):  # OlympiadBench: ["$-3$", "$3$"] -> "-3, 3"
         items = [str(v).strip() for v in value if v is not None and str(v).strip()]
-        value = ", ".join(item[1:-1].strip() if len(item) > 1 and item[0] == item[-1] == "$" else item for item in items)
+        value = ", ".join(item[1:-1].strip() if len(item) > 1 and item[0] == item[-1] == "$" else item
+                          for item in items)
     elif isinstance(value, float) and value.is_integer():
         value = str(int(value))  # AMC stores 142.0
     elif value is not None and not isinstance(value, str):
@@ -446,7 +447,8 @@ def load_benchmark(
     for index, row in enumerate(rows):
         if row["problem_id"] in seen:
             raise ValueError(
-                f"benchmark {spec.name!r}: rows {seen[row['problem_id']]} and {index} share the id {row['problem_id']!r}"
+                f"benchmark {spec.name!r}: rows {seen[row['problem_id']]} and {index} share the id "
+                f"{row['problem_id']!r}"
             )
         seen[row["problem_id"]] = index
     if limit is not None:

@@ -75,7 +75,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / i))
 
 
-def _counts(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _counts(num_samples: Sequence[int] | np.ndarray,
+            num_correct: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Validate per-problem ``(n, c)`` arrays: 1-D, same length >= 1, integers, ``0 <= c <= n``, ``n >= 1``."""
     n = np.asarray(num_samples)
     c = np.asarray(num_correct)
@@ -86,7 +87,8 @@ def _counts(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[int] 
     if n.size == 0:
         raise ValueError("no problems: `num_samples` is empty")
     for name, arr in (("num_samples", n), ("num_correct", c)):
-        if not (np.issubdtype(arr.dtype, np.integer) or (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)))):
+        whole_floats = np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr))
+        if not (np.issubdtype(arr.dtype, np.integer) or whole_floats):
             raise TypeError(f"`{name}` must hold integers, got dtype {arr.dtype}")
     n, c = n.astype(np.int64), c.astype(np.int64)
     if (n < 1).any():
@@ -199,7 +201,8 @@ def default_ks(n: int) -> list[int]:
     return ks if ks[-1] == n else ks + [n]
 
 
-def pass_at_k_curve(num_samples: Sequence[int], num_correct: Sequence[int], ks: Iterable[int] | None = None) -> dict[int, float]:
+def pass_at_k_curve(num_samples: Sequence[int], num_correct: Sequence[int],
+                    ks: Iterable[int] | None = None) -> dict[int, float]:
     """Benchmark pass@k for several k from one set of samples (no extra generation).
 
     Source: OGER Fig. 3, ASE Fig. 3.
@@ -243,7 +246,8 @@ def macro_average(scores: Mapping[str, float], names: Sequence[str] | None = Non
     values = []
     for name in names:
         value = scores[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer))
+                or not math.isfinite(value)):
             raise ValueError(f"macro_average: score of benchmark {name!r} is not a finite number: {value!r}")
         values.append(float(value))
     return float(np.mean(values))

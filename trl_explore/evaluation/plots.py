@@ -460,7 +460,8 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
             raise ValueError(f"temperature sweep {label!r}: {len(sweep['temperatures'])} temperatures but "
                              f"{len(sweep['average'])} scores")
         ks.add(sweep["k"])
-        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=f"C{i % 10}", label=label)
+        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=f"C{i % 10}",
+                label=label)
     k_text = "/".join(str(k) for k in sorted(ks))
     ax.set_title(f"pass@{k_text} vs. temperature (OGER Fig. 6)", fontsize=10)
     ax.set_xlabel("decoding temperature")
@@ -474,7 +475,7 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
 
 def _with_method(label: str, method: str) -> str:
     """``label`` with the run's method appended, unless the label already names it (``"oger-run (OGER)"``)."""
-    words = [w for w in method.lower().replace("-grpo", "").split(" + ")]
+    words = method.lower().replace("-grpo", "").split(" + ")
     return label if all(w in label.lower() for w in words) else f"{label} ({method})"
 
 

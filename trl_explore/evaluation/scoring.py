@@ -25,7 +25,8 @@ from trl_explore.sampling.plan import Generations, SamplingPlan
 
 
 def _gold_normalizer(benchmark: str):
-    """The benchmark's phrasing rules for its golds (CHAMP's for ``champ``; :mod:`trl_explore.data.gold_normalizers`)."""
+    """The benchmark's phrasing rules for its golds (CHAMP's for ``champ``;
+    :mod:`trl_explore.data.gold_normalizers`)."""
     from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS, gold_normalizer_for
 
     return GOLD_NORMALIZERS[gold_normalizer_for(benchmark)]

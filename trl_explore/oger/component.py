@@ -1,8 +1,8 @@
 """OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
-Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths: ``exploration``
-(Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY), ``reward``
-(``OGERRewardFunction``, Eq. 7-8). Hooks:
+Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths:
+``exploration`` (Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY),
+``reward`` (``OGERRewardFunction``, Eq. 7-8). Hooks:
 
 * ``prepare``: the default rewards ``[R_m, R_OGER]`` (Eq. 8) and their weights, every training row checked;
 * ``sampling_context``: with HF ``generate``, a recorder of each row's last decoding step (steered or not);
@@ -29,10 +29,20 @@ from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
 from trl_explore.oger.exploration import divergence
-from trl_explore.oger.offline import check_prompt, generation_prefix, group_offline, offline_trajectories, teacher_completion
+from trl_explore.oger.offline import (
+    check_prompt,
+    generation_prefix,
+    group_offline,
+    offline_trajectories,
+    teacher_completion,
+)
 from trl_explore.oger.options import LAST_TOKEN, OGEROptions
-from trl_explore.oger.policy_shaping import aggregate_token_loss, entropy_bonus_correction, high_entropy_terms
-from trl_explore.oger.policy_shaping import policy_shaping_per_token_loss
+from trl_explore.oger.policy_shaping import (
+    aggregate_token_loss,
+    entropy_bonus_correction,
+    high_entropy_terms,
+    policy_shaping_per_token_loss,
+)
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
 from trl_explore.rewards.math_verify_reward import completion_text
 
@@ -133,7 +143,8 @@ class OGERComponent(Component):
         With neither, nothing is computed and OGER costs what GRPO costs."""
         opts = self.options
         num_replace = opts.num_replacements if mode == "train" else 0
-        need_div = opts.use_exploration_reward or (num_replace > 0 and REPLACEMENT_RULES[opts.replacement_rule].uses_divergence)
+        need_div = opts.use_exploration_reward or (
+            num_replace > 0 and REPLACEMENT_RULES[opts.replacement_rule].uses_divergence)
         return num_replace, need_div, need_div and opts.entropy_refinement
 
     def needs(self, mode):
@@ -179,8 +190,9 @@ class OGERComponent(Component):
         stored embeddings are encoded first, in one call (each text once per run: the encoder's cache); then the
         online completions, all of the generation batch in one call, each distinct text once."""
         t, opts = self.trainer, self.options
-        teachers = [text for start in range(0, len(rows), group_size) if rows[start].get(opts.offline_embeddings_column)
-                    is None for text in rows[start].get(opts.offline_completions_column) or () if isinstance(text, str)]
+        teachers = [text for start in range(0, len(rows), group_size)
+                    if rows[start].get(opts.offline_embeddings_column) is None
+                    for text in rows[start].get(opts.offline_completions_column) or () if isinstance(text, str)]
         if teachers:
             with phase(t, "oger: embed teachers"):
                 self.encoder.encode_cached(teachers)
@@ -199,7 +211,8 @@ class OGERComponent(Component):
         # H_last (Eq. 6) of every online completion, at the distribution that produced its last token
         last_pos = torch.tensor([len(c) for c in completion_ids])
         if LAST_TOKEN[self.options.last_token]:  # the distribution before a final EOS
-            last_pos = last_pos - torch.tensor([len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]).long()
+            ends_with_eos = [len(c) > 1 and c[-1] in t.eos_token_ids for c in completion_ids]
+            last_pos = last_pos - torch.tensor(ends_with_eos).long()
         last_pos = last_pos.clamp(min=1)
         entropy, deferred = self._last_token_entropy(rollout, last_pos) if need_entropy else (None, False)
         self._recorder = None
@@ -227,10 +240,14 @@ class OGERComponent(Component):
         entropy_values = entropy.tolist() if entropy is not None else [None] * num_rows
         num_truncated = 0
         for start in range(0, num_rows, group_size):
-            offline_texts, teachers, offline_emb = self.offline_for_group(rows, range(start, start + group_size), need_div)
+            group = range(start, start + group_size)
+            offline_texts, teachers, offline_emb = self.offline_for_group(rows, group, need_div)
             if not offline_texts:
                 continue  # no teacher for this prompt: all N online completions are kept
-            d = divergence(online_emb[start : start + group_size], offline_emb) if need_div else torch.zeros(group_size)
+            if need_div:
+                d = divergence(online_emb[start : start + group_size], offline_emb)
+            else:
+                d = torch.zeros(group_size)
             if need_div:
                 div_values[start : start + group_size] = d.tolist()
             chosen = select_replacements(d, num_replace, opts.replacement_rule, rng)
@@ -278,9 +295,10 @@ class OGERComponent(Component):
         gen, t = self.generation, self.trainer
         online = [i for i, off in enumerate(gen.is_offline) if not off]
         has_entropy = bool(online) and gen.entropy[online[0]] is not None  # the same on every process
-        stats = torch.tensor([sum(gen.divergence[i] for i in online), sum(gen.entropy[i] for i in online) if has_entropy
-                              else 0.0, len(online), sum(gen.is_offline), len(gen.is_offline), gen.num_truncated,
-                              gen.num_embed_truncated], dtype=torch.float64, device=t.accelerator.device)
+        entropy_sum = sum(gen.entropy[i] for i in online) if has_entropy else 0.0
+        stats = torch.tensor([sum(gen.divergence[i] for i in online), entropy_sum, len(online), sum(gen.is_offline),
+                              len(gen.is_offline), gen.num_truncated, gen.num_embed_truncated],
+                             dtype=torch.float64, device=t.accelerator.device)
         div_sum, ent_sum, n_online, n_offline, n_all, n_cut, n_embed_cut = t.accelerator.reduce(
             stats, reduction="sum").tolist()
         metrics = t._metrics[gen.mode]
@@ -302,8 +320,8 @@ class OGERComponent(Component):
         metrics["oger/offline_truncated_fraction"].append(n_cut / max(n_offline, 1.0))
         if n_cut and not self._warned_truncation:
             self._warned_truncation = True
-            logger.warning("%d offline trajectories were truncated to max_completion_length=%d tokens: filter the offline "
-                           "set to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
+            logger.warning("%d offline trajectories were truncated to max_completion_length=%d tokens: filter the "
+                           "offline set to at most max_completion_length - 1 tokens (trl_explore.data, max_length)",
                            int(n_cut), t.max_completion_length)
 
     # ---------------------------------------------------------------- loss
@@ -335,7 +353,8 @@ class OGERComponent(Component):
         elif t.loss_type in ("dapo", "cispo", "vespo"):
             token_normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / t.accelerator.num_processes
             if mode == "train":
-                token_normalizer = token_normalizer * t.current_gradient_accumulation_steps / t.args.steps_per_generation
+                token_normalizer = (token_normalizer * t.current_gradient_accumulation_steps
+                                    / t.args.steps_per_generation)
         else:
             token_normalizer = n_all
         shaping = policy_shaping_per_token_loss(forward.logps, inputs["advantages"], self.options.policy_shaping_gamma)
@@ -349,7 +368,8 @@ class OGERComponent(Component):
             loss = loss - coef * entropy_bonus_correction(forward.entropies, bonus_all, bonus_online) / accumulation
         with torch.no_grad():
             probs = forward.logps.exp()
-            stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(), offline_loss.detach() * accumulation])
+            stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(),
+                                 offline_loss.detach() * accumulation])
             stats = t.accelerator.reduce(stats, reduction="sum")
         t._metrics[mode]["oger/offline_token_prob_mean"].append((stats[0] / stats[1].clamp(min=1.0)).item())
         t._metrics[mode]["oger/offline_policy_loss"].append((stats[2] / t.accelerator.num_processes).item())

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Sequence
 
 import torch
@@ -117,7 +118,8 @@ def length_batches(lengths: Sequence[int], max_rows: int,
     return batches[::-1]
 
 
-def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.Tensor, num_texts: int) -> torch.Tensor:
+def pool_windows(embeddings: torch.Tensor, owners: torch.Tensor, weights: torch.Tensor,
+                 num_texts: int) -> torch.Tensor:
     """Unit-norm weighted mean of window embeddings per text (the ``chunk_mean`` pooling).
 
     Args:
@@ -171,6 +173,24 @@ def check_max_seq_length(model, max_seq_length: int, name: str) -> None:
         "are read at positions it never saw", max_seq_length, size, name)
 
 
+def embedder_load_error(name: str, err: Exception) -> ValueError:
+    """The error for an embedding model that sentence-transformers could not load: it names the ``embedding_model``
+    option, the value, the cause (``err``'s first line) and the values the option accepts."""
+    from trl_explore.defaults import EMBEDDER_ALIASES
+
+    cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    offline = " (HF_HUB_OFFLINE is set: only a model already in the Hub cache)" if _hub_offline() else ""
+    aliases = ", ".join(repr(a) for a in sorted(EMBEDDER_ALIASES))
+    return ValueError(
+        f"embedding_model={name!r} cannot be loaded ({type(err).__name__}: {cause}). The embedding_model option "
+        f"(OGERConfig, OGERASEConfig; TrajectoryEncoder's model_name_or_path) takes {aliases} for the bundled "
+        f"all-MiniLM-L6-v2, a local sentence-transformers folder that exists, or a Hub model id{offline}")
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 class TrajectoryEncoder:
     """Encodes trajectories into unit-norm embeddings with a sentence-transformers text model.
 
@@ -188,7 +208,9 @@ class TrajectoryEncoder:
 
     Raises:
         ValueError: for an unknown ``long_text_mode`` or ``dtype``, or ``batch_size < 1``; when the model loads, a
-            ``max_seq_length`` above its position table (:func:`check_max_seq_length`).
+            model that cannot be loaded (no such local folder, a Hub id that is not there or not reachable: the
+            message names the ``embedding_model`` option and what it accepts) or a ``max_seq_length`` above its
+            position table (:func:`check_max_seq_length`).
     """
 
     def __init__(
@@ -216,15 +238,19 @@ class TrajectoryEncoder:
 
     @property
     def model(self):
-        """The ``SentenceTransformer``, loaded on first access (raises what sentence-transformers raises for a
-        missing or unreachable model)."""
+        """The ``SentenceTransformer``, loaded on first access (ValueError for a model that cannot be loaded,
+        see :func:`embedder_load_error`)."""
         if self._model is None:
+            from huggingface_hub.errors import HFValidationError
             from sentence_transformers import SentenceTransformer  # heavy import, on first use only
 
             from trl_explore.defaults import resolve_embedder_path
 
             device = None if self.device is None else str(self.device)
-            model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
+            try:
+                model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
+            except (OSError, HFValidationError) as err:  # no such folder, Hub id not there / unreachable, bad id
+                raise embedder_load_error(self.model_name_or_path, err) from err
             if self.max_seq_length is not None:
                 check_max_seq_length(model, self.max_seq_length, self.model_name_or_path)
                 model.max_seq_length = self.max_seq_length

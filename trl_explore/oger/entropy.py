@@ -62,8 +62,8 @@ class LastTokenEntropyRecorder:
 
     Cost per decoding step: nothing while every row is live (references to the step's logits, which ``generate``
     allocates anew at every step), then one (two with ``keep_previous``) ``[B, V]`` select; memory: one (two)
-    ``[B, V]`` logits tables in the model's dtype. ``seconds`` is the time spent in the hooks (the ``oger: H_last (generate hooks)``
-    phase). The hooks are removed on exit, also on errors.
+    ``[B, V]`` logits tables in the model's dtype. ``seconds`` is the time spent in the hooks (the
+    ``oger: H_last (generate hooks)`` phase). The hooks are removed on exit, also on errors.
 
     Args:
         model: the (unwrapped) causal LM (``get_output_embeddings()`` and ``get_input_embeddings()`` are hooked).

@@ -26,7 +26,8 @@ def cosine_similarity_matrix(online: torch.Tensor, offline: torch.Tensor, eps: f
         ValueError: if either input is not 2-D or the embedding sizes differ.
     """
     if online.dim() != 2 or offline.dim() != 2:
-        raise ValueError(f"expected 2-D embeddings, got online {tuple(online.shape)} and offline {tuple(offline.shape)}")
+        raise ValueError(f"expected 2-D embeddings, got online {tuple(online.shape)} and offline "
+                         f"{tuple(offline.shape)}")
     if online.size(1) != offline.size(1):
         raise ValueError(f"embedding sizes differ: online d={online.size(1)}, offline d={offline.size(1)}")
     return cosine_matrix(online.float(), offline, eps)
@@ -78,7 +79,8 @@ def exploration_reward(
         ValueError: on mismatched lengths or a NaN in the inputs of an online correct row.
     """
     n = divergence.numel()
-    for name, t in (("last_token_entropy", last_token_entropy), ("correctness", correctness), ("is_offline", is_offline)):
+    for name, t in (("last_token_entropy", last_token_entropy), ("correctness", correctness),
+                    ("is_offline", is_offline)):
         if t.numel() != n:
             raise ValueError(f"{name} has {t.numel()} values, divergence has {n}")
     divergence = divergence.float().reshape(-1)

@@ -60,8 +60,8 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
         if not isinstance(text, str):
             raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {type(text).__name__}, expected str")
         if not text.strip():
-            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is empty; remove it (a replaced row would "
-                             "be a bare EOS that policy shaping pushes down)")
+            raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is empty; remove it (a replaced row "
+                             "would be a bare EOS that policy shaping pushes down)")
         if only_special_tokens(text, specials):
             raise ValueError(f"{row_name}: offline trajectory {j} of {col!r} is {text!r:.60}, special tokens only: as "
                              "a completion it is a bare EOS that policy shaping pushes down; remove it")

@@ -13,7 +13,8 @@ from trl_explore.sampler_settings import check_reproducible, effective_sampler
 
 LAST_TOKEN = Registry("last_token", kind="last-token rule")
 """Which next-token distribution defines ``H_last`` (OGER Eq. 6); an entry is True when a final EOS is skipped."""
-LAST_TOKEN.register("final_token", False, help="the one that produced the final completion token, EOS included; default")
+LAST_TOKEN.register("final_token", False,
+                    help="the one that produced the final completion token, EOS included; default")
 LAST_TOKEN.register("before_eos", True, help="the one that produced the last token before a final EOS")
 
 

@@ -20,7 +20,8 @@ import math
 import torch
 
 
-def policy_shaping_per_token_loss(per_token_logps: torch.Tensor, advantages: torch.Tensor, gamma: float = 0.1) -> torch.Tensor:
+def policy_shaping_per_token_loss(per_token_logps: torch.Tensor, advantages: torch.Tensor,
+                                  gamma: float = 0.1) -> torch.Tensor:
     """Per-token loss ``-A * p / (p + gamma)`` for offline tokens.
 
     Its gradient with respect to the log-probability is ``-A * gamma * p / (p + gamma)^2``.
@@ -95,7 +96,8 @@ def aggregate_token_loss(
     raise ValueError(f"unknown loss_type {loss_type!r}")
 
 
-def entropy_bonus_correction(entropies: torch.Tensor, all_mask: torch.Tensor, online_mask: torch.Tensor) -> torch.Tensor:
+def entropy_bonus_correction(entropies: torch.Tensor, all_mask: torch.Tensor,
+                             online_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy over all tokens minus the mean over on-policy tokens (``[B, T]`` inputs, 0/1 masks; nats).
 
     TRL's entropy bonus ``-coef * mean(H)`` averages over the tokens of its objective (with ``top_entropy_quantile <

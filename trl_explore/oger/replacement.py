@@ -41,7 +41,8 @@ REPLACEMENT_RULES.register("random", ReplacementRule(_random_order, uses_diverge
 
 
 def select_replacements(
-    divergence: torch.Tensor, num_replacements: int, rule: str = "lowest_divergence", generator: torch.Generator | None = None
+    divergence: torch.Tensor, num_replacements: int, rule: str = "lowest_divergence",
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Indices, within one group, of the online completions to replace.
 

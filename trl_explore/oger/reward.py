@@ -84,7 +84,8 @@ class OGERRewardFunction:
         verifier_kwargs = {k: v for k, v in kwargs.items() if k not in fields.REWARD_FIELDS}
         if log_metric is not None:  # as TRL passes it: MathVerifyReward reads the calling trainer's EOS ids from it
             verifier_kwargs["log_metric"] = log_metric
-        correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids, **verifier_kwargs)
+        correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                    **verifier_kwargs)
         r_m = torch.tensor([0.0 if c is None else float(c) for c in correctness])
 
         is_offline = torch.tensor([bool(x) for x in kwargs.get(fields.IS_OFFLINE, [False] * n)])

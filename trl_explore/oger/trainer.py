@@ -38,8 +38,8 @@ class OGERTrainer(ExplorationTrainer):
             at the first batch, a process that does not hold whole groups.
     """
 
-    def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None, encoder: TrajectoryEncoder | None = None,
-                 **kwargs):
+    def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None,
+                 encoder: TrajectoryEncoder | None = None, **kwargs):
         model, args = resolve_model_and_config(model, args, OGERConfig, "OGER")
         component = OGERComponent(OGEROptions.from_config(args), encoder)
         super().__init__(model, reward_funcs, args=args, components=[component], **kwargs)

@@ -93,7 +93,8 @@ class _Pools:
             owner, pool = self._pools.get(num_workers, (None, None))
             if pool is None or owner != os.getpid() or not pool.active:
                 # fork: the workers share this process's imports (no re-import, no re-run of the main script)
-                pool = ProcessPool(max_workers=num_workers, initializer=_warm_up, context=multiprocessing.get_context("fork"))
+                pool = ProcessPool(max_workers=num_workers, initializer=_warm_up,
+                                   context=multiprocessing.get_context("fork"))
                 self._pools[num_workers] = (os.getpid(), pool)
             return pool
 
@@ -262,7 +263,8 @@ def grade_batch(
         elif outcomes:
             verdicts.append("timeout" if status == "timeout" else "error")
         else:  # a timeout, or an error on strange input: score 0, loudly
-            logger.warning("grading scored 0 (%s) for completion %s against gold %s", value, _short(text), _short(str(gold)))
+            logger.warning("grading scored 0 (%s) for completion %s against gold %s", value, _short(text),
+                           _short(str(gold)))
             verdicts.append(False)
     return verdicts
 
@@ -307,8 +309,8 @@ def verify_answer(
     """
     if gold is None:
         raise GoldAnswerError("gold answer is None")
-    parse_gold(gold, timeout_seconds=timeout_seconds, keep_chained_equalities=guards is None or "chained_equality" in guards,
-               gold_normalizer=gold_normalizer)
+    parse_gold(gold, timeout_seconds=timeout_seconds,
+               keep_chained_equalities=guards is None or "chained_equality" in guards, gold_normalizer=gold_normalizer)
     (verdict,) = grade_batch(
         [completion], [gold], mode=mode, guards=guards, recall=recall, timeout_seconds=timeout_seconds,
         prompts=[prompt], terminated=[terminated], gold_normalizer=gold_normalizer,
@@ -354,7 +356,8 @@ def extract_answer(
     Used for answer-disagreement metrics and evaluation logs. Never raises on bad input.
     """
     options = _options(mode, None, True)
-    ((status, value),) = _run(_extract_task, [(completion_text(completion), options)], _check_timeout(timeout_seconds), 1)
+    ((status, value),) = _run(_extract_task, [(completion_text(completion), options)],
+                              _check_timeout(timeout_seconds), 1)
     return value if status == "ok" else None
 
 
@@ -387,7 +390,8 @@ class MathVerifyReward:
         name: ``__name__``, which TRL uses in metric names (default ``"math_reward"``).
         eos_token_ids: token ids that end a completion (default None: the calling trainer's, see above).
         gold_normalizer: the training data's phrasing rules for its golds (``GraderOptions.gold_normalizer``; CHAMP's:
-            ``trl_explore.data.loading.gold_normalizer_for("champ")``); default None.
+            ``trl_explore.data.gold_normalizers.GOLD_NORMALIZERS["champ"]``, the function
+            ``trl_explore.data.champ_answers.gold_alternatives``); default None.
 
     Rows whose gold answer cannot be parsed get ``None`` (TRL turns it into NaN and leaves it out of the reward
     sums). Each such row adds one to ``num_unparseable_gold``, and a warning is logged once per row id
@@ -465,7 +469,8 @@ class MathVerifyReward:
             )
         row_ids = kwargs.get("problem_id")
         if row_ids is not None and (isinstance(row_ids, (str, bytes)) or len(list(row_ids)) != len(completions)):
-            raise ValueError(f"column 'problem_id' must hold one id per completion ({len(completions)}), got {row_ids!r}")
+            raise ValueError(f"column 'problem_id' must hold one id per completion ({len(completions)}), "
+                             f"got {row_ids!r}")
         if completion_ids is not None and len(completion_ids) != len(completions):
             raise ValueError(f"{len(completion_ids)} completion_ids for {len(completions)} completions")
         prompt_texts = _per_row(prompts, "prompts", len(completions), prompt_text)
@@ -494,7 +499,8 @@ class MathVerifyReward:
         key = repr(row_id)  # hashable even for list-valued ids
         if key not in self._reported_rows:
             self._reported_rows.add(key)
-            logger.warning("%s: no reward for row %s, its gold answer %s cannot be parsed", self.__name__, key, _short(str(gold)))
+            logger.warning("%s: no reward for row %s, its gold answer %s cannot be parsed", self.__name__, key,
+                           _short(str(gold)))
 
 
 def _check_ids(ids: Sequence[int]) -> list[int]:

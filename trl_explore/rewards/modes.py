@@ -1,7 +1,13 @@
-"""The grader's option values, importable without Math-Verify or sympy (configs validate with them).
+"""The grader's option values and :class:`GraderOptions`, importable without Math-Verify or sympy (configs validate
+with them).
 
 See :mod:`trl_explore.rewards.grading` for what each mode and guard does.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from trl_explore.registry import Registry
 
@@ -26,3 +32,34 @@ are keyed by it and by a hash of the grader's code). 2: the guard-rails of :mod:
 def check_grader_mode(mode: str, option: str = "grader_mode") -> str:
     """Return ``mode`` if it is one of :data:`MODES`; else raise ValueError naming ``option`` and the valid modes."""
     return GRADER_MODES.check(mode, option)
+
+
+@dataclass(frozen=True)
+class GraderOptions:
+    """How to grade: the mode, the guard-rails switched on, and whether the recall rules apply.
+
+    Args:
+        mode: one of :data:`MODES` (default ``"math_verify"``).
+        guards: the guard-rail classes to apply, a subset of :data:`GUARDS` (default: all).
+        recall: apply the recall rules (default True; used in the ``"math_verify"`` and ``"boxed"`` modes only).
+        gold_normalizer: a data set's phrasing rules for its gold answers, ``gold_normalizer(text) -> [alternatives]``
+            (the maths a gold states, one string per accepted reading; e.g. CHAMP's
+            ``trl_explore.data.champ_answers.gold_alternatives``), applied to golds Math-Verify cannot read whole.
+            Default None: the gold text itself. A module-level function (it is sent to the grading workers).
+
+    Raises:
+        ValueError: an unknown mode or guard, naming the valid ones.
+    """
+
+    mode: str = DEFAULT_MODE
+    guards: frozenset = field(default_factory=lambda: frozenset(GUARDS))
+    recall: bool = True
+    gold_normalizer: Callable[[str], list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        check_grader_mode(self.mode, "mode")
+        object.__setattr__(self, "guards", frozenset(self.guards))
+        unknown = self.guards - set(GUARDS)
+        if unknown:
+            raise ValueError(f"unknown grader guards {sorted(unknown)}; valid: {GUARDS}")
+

@@ -176,7 +176,8 @@ def completion_log_probs(logits: torch.Tensor, token_ids: torch.Tensor, temperat
     temperature = _check_temperature(temperature)
     if logits.dim() != 3 or token_ids.shape != logits.shape[:2]:
         raise ValueError(
-            f"`logits` must be [B, T, V] and `token_ids` [B, T]; got {tuple(logits.shape)} and {tuple(token_ids.shape)}"
+            f"`logits` must be [B, T, V] and `token_ids` [B, T]; got {tuple(logits.shape)} and "
+            f"{tuple(token_ids.shape)}"
         )
     out = torch.empty(token_ids.shape, dtype=torch.float32, device=logits.device)
     for row in range(logits.shape[0]):

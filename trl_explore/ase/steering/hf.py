@@ -313,7 +313,8 @@ class ActivationSteeringGenerator(SteeringBackend):
             TypeError: see :func:`~trl_explore.ase.steering.base.check_routes`.
         """
         if self._active:
-            raise RuntimeError("score() cannot run inside an active steering context (the offset would be added twice)")
+            raise RuntimeError("score() cannot run inside an active steering context (the offset would be added "
+                               "twice)")
         model = self.model if model is None else model
         temperature = _check_temperature(temperature)
         alpha = self.alpha if alpha is None else _check_alpha(alpha)
@@ -419,7 +420,8 @@ def _check_score_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask
             f"`completion_ids` {tuple(completion_ids.shape)}"
         )
     num_rows = prompt_ids.shape[0]
-    if completion_ids.shape[0] != num_rows or not isinstance(route_ids, torch.Tensor) or route_ids.shape != (num_rows,):
+    if (completion_ids.shape[0] != num_rows or not isinstance(route_ids, torch.Tensor)
+            or route_ids.shape != (num_rows,)):
         raise ValueError(f"`prompt_ids`, `completion_ids` and `route_ids` must share the batch size B={num_rows}")
     if prompt_ids.shape[1] < 1 or completion_ids.shape[1] < 1:
         raise ValueError("`prompt_ids` and `completion_ids` need at least one column")

@@ -76,8 +76,8 @@ def _steered_forward(self, *args, **kwargs):
     hidden = output[0] if isinstance(output, tuple) else output
     if hidden.dim() != 2:  # e.g. model_impl="transformers" blocks return [1, num_tokens, d]: routes would broadcast
         raise RuntimeError(
-            f"vLLM steering expects decoder blocks with [num_tokens, d] outputs (vLLM's own model implementation), got "
-            f"shape {tuple(hidden.shape)}; use vllm_model_impl='vllm'"
+            f"vLLM steering expects decoder blocks with [num_tokens, d] outputs (vLLM's own model implementation), "
+            f"got shape {tuple(hidden.shape)}; use vllm_model_impl='vllm'"
         )
     table = getattr(self, _TABLE)
     offsets = table[getattr(self, _ROUTES)[: hidden.shape[0]]]  # [num_tokens, d]; route 0 reads the zero row

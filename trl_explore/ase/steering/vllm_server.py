@@ -145,8 +145,8 @@ def install_server_steering(runner, layer: int, max_vectors: int = 64):
     """
     if not runner_exposes_batch_layout(runner):
         raise RuntimeError(
-            f"{ENV_LAYER} is set but vLLM's {type(runner).__name__} does not expose its batch layout; steering through "
-            "the server needs vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)"
+            f"{ENV_LAYER} is set but vLLM's {type(runner).__name__} does not expose its batch layout; steering "
+            "through the server needs vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)"
         )
     block = install_steering_slot(runner.model, layer, max_vectors + 1, runner_max_tokens(runner))
     rows = RequestVectorRows(getattr(block, _TABLE), runner.requests)
@@ -303,7 +303,8 @@ def routed_generate(
                     token_ids = None
                 elif token_ids is not None:
                     token_ids[row] = out["logprob_token_ids"][slot * count + c]
-    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "logprob_token_ids": token_ids}
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
+            "logprob_token_ids": token_ids}
 
 
 class ServerSteering:
