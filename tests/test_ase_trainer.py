@@ -288,6 +288,8 @@ def test_small_clusters_skip_the_update_with_a_warning(tmp_path, smollm2_tokeniz
     assert trainer.ase.bank.vectors is None and trainer.ase.bank.pending_vectors is None
     assert (f"{int(diagnostics['num_pairs'])} contrast pairs, fewer than K x min_pairs_per_cluster = 20 "
             "(min_pairs_per_cluster=10)") in caplog.text
+    assert caplog.text.count("every rollout takes the clean route") == 1  # said once, with the threshold
+    assert "K x min_pairs_per_cluster = 20 contrast pairs" in caplog.text and "steering starts" not in caplog.text
     history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
     assert history["ase/skipped_updates"] == 1.0 and "ase/route_1_applied_strength" not in history  # no bank yet
 
@@ -459,3 +461,22 @@ def test_two_processes_share_one_bank_and_balanced_routes(tmp_path):
         group = local0 + local1  # the group's 6 rollouts, split 3 + 3 over the processes
         expected = [0] * 6 if step == 0 else [0, 0, 1, 1, 2, 2]
         assert sorted(group) == expected, (step, group)
+
+
+def test_the_start_of_steering_is_announced_once(caplog):
+    """The clean-route reason once, then the start once; later generations say nothing."""
+    from types import SimpleNamespace
+
+    from trl_explore.ase.component import ASEComponent
+    from trl_explore.ase.options import ASEOptions
+
+    ase = ASEComponent(ASEOptions(num_vectors=3, min_pairs_per_cluster=2))
+    ase.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True), state=SimpleNamespace(global_step=0))
+    ase.bank = SimpleNamespace(num_vectors=3, min_pairs_per_cluster=2)
+    with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
+        for steered, step in [(False, 0), (False, 1), (True, 2), (True, 3), (False, 4)]:
+            ase.trainer.state.global_step = step
+            ase._announce_steering(steered)
+    assert caplog.text.count("every rollout takes the clean route") == 1
+    assert "K x min_pairs_per_cluster = 6 contrast pairs" in caplog.text
+    assert caplog.text.count("steering starts") == 1 and "steering starts at step 2:" in caplog.text

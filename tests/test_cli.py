@@ -40,3 +40,16 @@ def test_the_default_recipe_applies_only_without_a_config():
     assert with_default_recipe(["--lr", "1"], "r.yaml") == ["--config", "r.yaml", "--lr", "1"]
     assert with_default_recipe(["--config=x.yaml"], "r.yaml") == ["--config=x.yaml"]
     assert with_default_recipe(["--config", "x.yaml"], "r.yaml") == ["--config", "x.yaml"]
+
+
+def test_the_scripts_help_formats_with_every_option_group():
+    """`--help` of the training scripts (data, held-out evaluation, each preset's config, ModelConfig): argparse
+    formats every help string (a bare percent sign in one made `--help` crash)."""
+    from trl_explore import ASEConfig
+    from trl_explore.data.training_data import DataArguments
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+
+    for config in (OGERConfig, ASEConfig, OGERASEConfig):
+        text = make_parser((DataArguments, HeldoutEvalArguments, config, ModelConfig),
+                           sections=(DataArguments, HeldoutEvalArguments)).format_help()
+        assert "--eval_heldout" in text and "--dataset_name" in text and "--learning_rate" in text

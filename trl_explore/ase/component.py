@@ -86,6 +86,7 @@ class ASEComponent(Component):
         # the current generation's ASERollout, the BankStep awaiting its update, and per-forward captures
         self.rollout = self.step = self._recorder = self._scoring_capture = self._loss_capture = None
         self._warned_non_binary = False
+        self._announced: str | None = None  # the steering state last logged: "clean" or "steered"
 
     # ---------------------------------------------------------------- construction
     def prepare(self, plan):
@@ -175,6 +176,8 @@ class ASEComponent(Component):
         t, opts, num_rows = self.trainer, self.options, call.num_rows
         plan = self.plan_routes(num_rows, call.num_generations) if call.mode == "train" else None
         self._recorder, start = None, time.perf_counter()
+        if call.mode == "train":
+            self._announce_steering(plan is not None)
         if plan is None:
             self.rollout = ASERollout(None, None, torch.full((num_rows,), CLEAN_ROUTE, dtype=torch.long), None)
             yield
@@ -195,6 +198,25 @@ class ASEComponent(Component):
             with context:
                 yield
         t._metrics[call.mode]["ase/rollout_time"].append(time.perf_counter() - start)
+
+    def _announce_steering(self, steered: bool) -> None:
+        """Say once why the first rollouts all take the clean route, and once when steering starts."""
+        state = "steered" if steered else "clean"
+        if self._announced == "steered" or state == self._announced:
+            return
+        self._announced = state
+        if not self.trainer.accelerator.is_main_process or not self.options.control.estimates_bank:
+            return
+        bank = self.bank
+        if steered:
+            logger.warning("ASE: steering starts at step %d: the bank holds %d vectors; rollouts are split over the "
+                           "clean route and %d steered routes", self.trainer.state.global_step, bank.num_vectors,
+                           bank.num_vectors)
+        else:
+            logger.warning("ASE: no steering vectors yet, so every rollout takes the clean route. The bank is "
+                           "estimated after a generation whose groups mix right and wrong answers give at least "
+                           "K x min_pairs_per_cluster = %d contrast pairs, and the generation after it is steered",
+                           bank.num_vectors * bank.min_pairs_per_cluster)
 
     def behaviour_context(self, mode):
         steered = mode == "train" and self.rollout is not None and self.rollout.table is not None
