@@ -471,7 +471,8 @@ def test_the_start_of_steering_is_announced_once(caplog):
     from trl_explore.ase.options import ASEOptions
 
     ase = ASEComponent(ASEOptions(num_vectors=3, min_pairs_per_cluster=2))
-    ase.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True), state=SimpleNamespace(global_step=0))
+    ase.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True),
+                                  state=SimpleNamespace(global_step=0))
     ase.bank = SimpleNamespace(num_vectors=3, min_pairs_per_cluster=2)
     with caplog.at_level("WARNING", logger="trl_explore.ase.component"):
         for steered, step in [(False, 0), (False, 1), (True, 2), (True, 3), (False, 4)]:
