@@ -250,6 +250,36 @@ def test_ablation_switches_apply_to_user_reward_functions(tmp_path, smollm2_toke
                     train_dataset=teacher_math_dataset(), processing_class=smollm2_tokenizer)
 
 
+@pytest.mark.parametrize(
+    ("preset", "with_oger", "exploration", "warns"),
+    [("oger", False, True, True), ("oger", True, True, False), ("oger", False, False, False),
+     ("oger_ase", False, True, True)],
+)
+def test_reward_funcs_without_oger_reward_warn_that_the_exploration_reward_is_off(
+        tmp_path, smollm2_tokenizer, caplog, preset, with_oger, exploration, warns):
+    """A given ``reward_funcs`` replaces the default [R_m, R_OGER]: without an OGERRewardFunction (and with the
+    exploration reward on) the trainer says once, when it is built, that R_OGER is off and how to keep it."""
+    from trl_explore import OGERASEConfig, OGERASETrainer, OGERRewardFunction, math_reward
+    from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, tiny_oger_ase_args
+
+    reward_funcs = [math_reward, OGERRewardFunction(verifier=math_reward)] if with_oger else [math_reward]
+    if preset == "oger":
+        trainer_cls, args = OGERTrainer, _config(tmp_path, use_exploration_reward=exploration)
+        dataset = teacher_math_dataset()
+    else:
+        trainer_cls = OGERASETrainer
+        args = OGERASEConfig(**tiny_oger_ase_args(tmp_path / "out", use_exploration_reward=exploration))
+        dataset = doubling_dataset(2, DOUBLING_TEACHERS)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.oger.component"):
+        trainer_cls(make_tiny_causal_lm(smollm2_tokenizer), reward_funcs=reward_funcs, args=args,
+                    train_dataset=dataset, processing_class=smollm2_tokenizer)
+    warnings = [r.getMessage() for r in caplog.records if "has no OGERRewardFunction" in r.getMessage()]
+    assert len(warnings) == (1 if warns else 0)
+    if warns:
+        assert "exploration reward R_OGER" in warnings[0] and "is off" in warnings[0]
+        assert "reward_funcs=[reward, OGERRewardFunction(verifier=reward)]" in warnings[0]
+
+
 @pytest.mark.parametrize("gamma", [0.0, -1.0, float("nan"), float("inf")])
 def test_config_rejects_non_finite_gamma(tmp_path, gamma):
     with pytest.raises(ValueError, match="policy_shaping_gamma"):

@@ -92,6 +92,9 @@ class OGERComponent(Component):
         """The default rewards (Eq. 8: ``[R_m, R_OGER]``, weights ``[1, 1]``; ``[1, 0]`` for "w/o Reward"), the
         ablation switches on every ``OGERRewardFunction``, and every training row checked once.
 
+        Logs a warning when ``reward_funcs`` is given with no ``OGERRewardFunction`` among them (the exploration reward
+        is then off), unless ``use_exploration_reward`` is False.
+
         Raises:
             ValueError: "w/o Reward" with a non-zero OGER weight; a bad prompt or offline field in any row (the message
                 names the row).
@@ -104,6 +107,13 @@ class OGERComponent(Component):
         if plan.default_rewards:
             reward_funcs.append(OGERRewardFunction(verifier=reward_funcs[0]))
         is_oger = [isinstance(f, OGERRewardFunction) for f in reward_funcs]
+        if not any(is_oger) and opts.use_exploration_reward:  # reward_funcs given: they replace [R_m, R_OGER]
+            logger.warning(
+                "reward_funcs %s has no OGERRewardFunction, so OGER's exploration reward R_OGER (Eq. 7-8) is off: "
+                "the given functions replace the default [R_m, R_OGER] (teacher replacement and policy shaping still "
+                "run). To keep it, pass reward_funcs=[reward, OGERRewardFunction(verifier=reward)]; to run without "
+                "it, set use_exploration_reward=False, which silences this warning",
+                [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in reward_funcs])
         for func, oger in zip(reward_funcs, is_oger):
             if oger:
                 func.entropy_refinement = opts.entropy_refinement
