@@ -45,3 +45,18 @@ def test_a_folder_under_home_loads(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     DatasetDict({"train": Dataset.from_list([{"prompt": "1 + 1?", "answer": "2"}])}).save_to_disk(tmp_path / "set")
     assert load_split("~/set", "train").to_list() == [{"prompt": "1 + 1?", "answer": "2"}]
+
+
+@pytest.mark.parametrize("min_offline", [0, 1])
+def test_training_data_without_the_offline_column_names_it_and_the_fixes(tmp_path, min_offline):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    folder = tmp_path / "no-teachers"
+    Dataset.from_list([{"prompt": "What is 1 + 1?", "answer": "2"}]).save_to_disk(str(folder))
+    args = DataArguments(dataset_name=str(folder), min_offline_completions=min_offline)
+    with pytest.raises(ValueError, match="has no column 'offline_completions'") as err:
+        load_training_data(args, 64, offline=True)
+    message = str(err.value)
+    assert "['prompt', 'answer']" in message and "--offline_completions_column" in message
+    assert "examples/train_ase_grpo.py" in message
+    assert len(load_training_data(args, 64, offline=False)) == 1  # ASE-GRPO reads no offline column

@@ -68,7 +68,8 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     (``dedupe_prompts``). Then the pass-rate filter and ``max_train_samples`` apply.
 
     Raises:
-        ValueError: no prompt left after filtering (the message names the filters).
+        ValueError: with ``offline``, no column ``offline_column`` (the message lists the columns there are and the
+            fixes); no prompt left after filtering (the message names the filters).
     """
     from trl_explore.data.loading import load_split
 
@@ -82,6 +83,14 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     dataset = load_split(data_args.dataset_name, data_args.dataset_train_split, **options)
     if "answer" not in dataset.column_names and "reward_model" in dataset.column_names:  # verl parquet layout
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
+    if offline and dataset.column_names is not None and offline_column not in dataset.column_names:
+        raise ValueError(
+            f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where OGER reads each prompt's "
+            f"teacher solutions; its columns: {dataset.column_names}. Add the column (a list of teacher solutions "
+            f"per row; an empty list means no teacher, which --min_offline_completions 0 keeps), name the column "
+            f"yours is in with --offline_completions_column, or train without teachers with ASE-GRPO "
+            f"(examples/train_ase_grpo.py), which needs none"
+        )
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _prompt_key(row["prompt"])[:16]})
     if offline and data_args.min_offline_completions > 0:
