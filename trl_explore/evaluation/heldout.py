@@ -48,8 +48,8 @@ class HeldoutEvalArguments:
     eval_heldout: bool = field(
         default=False,
         metadata={"help": "Before and after training, print held-out accuracy (mean@k, pass@k, greedy) and answer "
-                  "diversity, with paired bootstrap intervals (95 percent) on the change (the CPU ladder recipes "
-                  "set it)."},
+                  "diversity, with paired bootstrap intervals (95 percent) on the change (the main job's recipe, "
+                  "recipes/oger_smollm2_ladder_cpu.yaml, sets it)."},
     )
     eval_benchmark: str = field(
         default="ladder", metadata={"help": "Embedded benchmark to evaluate on: 'ladder' or 'champ'."}

@@ -34,8 +34,9 @@ class OGERTrainer(ExplorationTrainer):
         oger: the :class:`~trl_explore.oger.component.OGERComponent` (``oger.encoder``: the embedder).
 
     Raises:
-        ValueError: at construction, a row without the offline column or with a non-string or empty trajectory;
-            at the first batch, a process that does not hold whole groups.
+        ValueError: at construction, a row without the offline column or with a non-string or empty trajectory.
+            A process that does not hold whole groups is refused earlier, when the `OGERConfig` is built
+            (`OGEROptions.apply`).
     """
 
     def __init__(self, model, reward_funcs=None, args: OGERConfig | None = None,
