@@ -193,6 +193,7 @@ def _script_options(script: str) -> set[str]:
     from trl import ModelConfig, TrlParser
 
     from trl_explore.cli import make_parser
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     path = ROOT / script
     spec = importlib.util.spec_from_file_location(f"docs_{path.stem}", path)
@@ -204,7 +205,8 @@ def _script_options(script: str) -> set[str]:
         parser = TrlParser((_load(data, module),))
     else:
         data_cls = _load(data) if data else module.ScriptArguments
-        parser = make_parser((data_cls, _load(config), ModelConfig), sections=(data_cls,))
+        parser = make_parser((data_cls, HeldoutEvalArguments, _load(config), ModelConfig),  # as run_training
+                             sections=(data_cls, HeldoutEvalArguments))
     return set(parser._option_string_actions) | {"--config"}
 
 
