@@ -1,6 +1,7 @@
 """Evaluate a policy in the papers' protocols: tables, per-sample files, pass@k curves, sweeps.
 
     python examples/evaluate.py                                   # the main job's checkpoint on held-out CHAMP, k = 8
+    python examples/evaluate.py --benchmarks ladder               # ... on the ladder's held-out test split
     python examples/evaluate.py --model_name_or_path embedded     # the base SmolLM2
     python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \
         --benchmarks aime2024 aime2025 amc minerva olympiadbench math500 arc_challenge gpqa_diamond mmlu_pro
@@ -49,7 +50,8 @@ class EvalArguments:
     )
     benchmarks: list[str] = field(
         default_factory=lambda: ["champ"],
-        metadata={"help": "Benchmarks: champ (held-out CHAMP), aime2024, aime2025, amc, math500, minerva, "
+        metadata={"help": "Benchmarks: ladder (the ladder's held-out test split, all levels; the main job's task), "
+                  "champ (held-out CHAMP, the CHAMP recipe's set), aime2024, aime2025, amc, math500, minerva, "
                   "olympiadbench, arc_challenge, gpqa_diamond, mmlu_pro, bbh."},
     )
     benchmark_files: list[str] = field(
