@@ -350,7 +350,7 @@ def plot_all(out, by_method, methods, order, start) -> None:
                   ("dynamics/all_entropy", "entropy, all tokens (TRL's)", "")], "OGER exploration reward")
     _heldout_figure(out / "dynamics_heldout.png", by_method, methods, core, start)
     controls = [m for m in ("oger", "oger_batchscale", "oger_norefine", "ase", "ase_random") if m in by_method]
-    if len(controls) > 1:
+    if any(m in by_method for m in ("oger_batchscale", "oger_norefine", "ase_random")):  # a control beside its method
         _step_figure(out / "dynamics_controls.png", by_method, methods, controls, panels, "Controls")
         _heldout_figure(out / "dynamics_controls_heldout.png", by_method, methods, controls, start)
     _bank_figure(out / "dynamics_ase_bank.png", by_method, methods)

@@ -230,7 +230,6 @@ def test_options_given_to_example_scripts_exist():
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PENDING_PAGES = {  # linked before they exist: written by others; the check applies once the file is there
-    "docs/reproduction.md": "the dynamics study and the main job's figures (issue 23)",
 }
 
 
