@@ -20,7 +20,7 @@ def _rows(n=4):
 @pytest.mark.parametrize("preset", ["oger", "ase", "oger_ase"])
 def test_each_preset_trainer_takes_two_steps_on_ladder_rows(preset, tmp_path, make_tiny_lm, smollm2_tokenizer):
     from trl_explore import ASEConfig, ASEGRPOTrainer, OGERASEConfig, OGERASETrainer, OGERConfig, OGERTrainer
-    from trl_explore.testing import tiny_training_args
+    from trl_explore.testing import parity_reward, tiny_training_args
 
     trainer_cls, config_cls = {"oger": (OGERTrainer, OGERConfig), "ase": (ASEGRPOTrainer, ASEConfig),
                                "oger_ase": (OGERASETrainer, OGERASEConfig)}[preset]
@@ -31,7 +31,10 @@ def test_each_preset_trainer_takes_two_steps_on_ladder_rows(preset, tmp_path, ma
                                            max_completion_length=24, **extra))
     model = make_tiny_lm()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = trainer_cls(model, args=args, train_dataset=_rows(), processing_class=smollm2_tokenizer)
+    # a random policy never solves a ladder problem: ASE alone would see rewards of 0 only, hence zero advantages and
+    # no update; the parity verifier gives it mixed groups (OGER's teacher rows give the other presets their signal)
+    reward = {"reward_funcs": [parity_reward]} if preset == "ase" else {}
+    trainer = trainer_cls(model, args=args, train_dataset=_rows(), processing_class=smollm2_tokenizer, **reward)
     trainer.train()
     assert trainer.state.global_step == 2
     assert any(not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
