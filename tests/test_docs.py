@@ -59,6 +59,9 @@ NOT_RUN = {
                             "--repeats 5 --steps 1 --threads 1 \\"):
         "measurements: tens of minutes, on a quiet host",
     ("docs/grading.md", "python benchmarks/grader_agreement.py"): "downloads Math-Verify's sdist; minutes",
+    ("docs/reproduction.md",
+     "nice -n 5 python benchmarks/dynamics.py --workers 2 --threads 1   # resumable; --report-only: tables, plots"):
+        "the dynamics study: about 90 minutes of two cores",
     ("docs/evaluation.md",
      "python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \\"):
         "Hub benchmarks and a Hub model; GPU hours",
