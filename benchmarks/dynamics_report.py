@@ -114,7 +114,8 @@ def compare(runs_a: list[dict], runs_b: list[dict], scalars_a, scalars_b) -> dic
         b = np.stack([per_problem(r, "end", what) for r in runs_b])
         out[f"heldout end {what}"] = seed_problem_bootstrap_interval(a, b)
     for key in ("dynamics/online_entropy (run)", "dynamics/online_entropy (late)", "dynamics/failed_ratio (late)",
-                "dynamics/answer_disagreement (run)", "dynamics/teacher_token_prob (late)"):
+                "dynamics/answer_disagreement (run)", "dynamics/teacher_token_prob (late)",
+                "dynamics/online_length (late)"):
         a = [s[key] for s in scalars_a if key in s]
         b = [s[key] for s in scalars_b if key in s]
         if a and b:
@@ -142,6 +143,10 @@ TABLE_KEYS = (
 )
 
 
+CONTROLS_OF = {"oger": ("oger_batchscale", "oger_norefine"), "ase": ("ase_random",)}
+"""Each control is also compared with the method it changes one setting of."""
+
+
 def report(out: pathlib.Path, methods: dict) -> dict:
     """Write ``summary.json``, ``dynamics.md`` and the plots from the finished runs; returns the summary."""
     runs = load_runs(out)
@@ -157,10 +162,12 @@ def report(out: pathlib.Path, methods: dict) -> dict:
     table = {m: {key: spread([s.get(key) for s in scalars[m]]) for key in sorted({k for s in scalars[m] for k in s})}
              for m in order}
     comparisons = {}
-    for base in ("grpo", "oger_noreward"):
-        if base in by_method:
-            comparisons[base] = {m: compare(by_method[base], by_method[m], scalars[base], scalars[m])
-                                 for m in order if m != base}
+    for base, against in (("grpo", order), ("oger_noreward", order), ("oger", CONTROLS_OF["oger"]),
+                          ("ase", CONTROLS_OF["ase"])):
+        rows = {m: compare(by_method[base], by_method[m], scalars[base], scalars[m])
+                for m in against if m != base and m in by_method} if base in by_method else {}
+        if rows:
+            comparisons[base] = rows
     summary = {"settings": runs[0]["settings"], "start": start["summary"] if start else None,
                "seeds": {m: sorted(r["seed"] for r in by_method[m]) for m in order}, "table": table,
                "comparisons": comparisons}
@@ -283,6 +290,7 @@ def _heldout_figure(path, by_method, methods, order, start):
         ax.plot(np.arange(1, len(curve) + 1), curve, "k--", label="start")
     ax.set_title("held-out pass@k at the end (OGER Fig. 3 / ASE Fig. 3)", fontsize=10)
     ax.set_xlabel("k")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # k is a count of samples
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -24,6 +24,12 @@ metric                              what
                                     step's update: how far the policy is from the teachers, for every method
 ==================================  ==================================================================================
 
+Under OGER's replacement the online rows are the ones left after it: the replaced completion (the one closest to the
+teachers, usually a correct one) is not counted, so a method that replaces reads a higher failed ratio and fewer mixed
+groups than one that does not, on the same samples (in ``benchmarks/dynamics.py`` at step 1, where GRPO and OGER of
+one seed sample the same completions, 5/16 failed reads 5/14). Compare OGER's failed ratio with another replacing
+method (the LUFFY-style baseline), as OGER Fig. 2c does.
+
 Cost: the online entropy reads the loss forward the driver makes anyway; the teacher probability is one no-grad
 forward over (prompts x teachers) short rows per generation; answers are extracted once per online row.
 """
