@@ -72,6 +72,24 @@ CORE = ("grpo", "oger", "oger_noreward", "ase", "oger_ase")
 CONTROLS = ("oger_batchscale", "oger_norefine", "ase_random")
 
 
+STEERED = ("ase", "oger_ase")
+"""Kinds whose runs steer rollouts: they peak above 11 GB on the embedded policy, so two of them at once do not fit a
+24 GB machine; :func:`next_run` never starts one beside another."""
+
+
+def next_run(todo: list[tuple[str, int]], running: list[str]) -> tuple[str, int] | None:
+    """The first ``(method, seed)`` of ``todo`` that may start beside the ``running`` methods, removed from ``todo``.
+
+    A steered run (kind in :data:`STEERED`) is skipped while another steered run is going; ``None`` when every
+    remaining run must wait. With nothing running the first run always starts.
+    """
+    busy = any(METHODS[m][1] in STEERED for m in running)
+    for i, (method, _) in enumerate(todo):
+        if not (busy and METHODS[method][1] in STEERED):
+            return todo.pop(i)
+    return None
+
+
 def run_dir(out: pathlib.Path, method: str, seed: int) -> pathlib.Path:
     return out / "runs" / method / f"seed{seed}"
 
@@ -211,7 +229,10 @@ def main(argv=None) -> None:
         running: list[tuple[str, int, subprocess.Popen, float, object]] = []
         while todo or running:
             while todo and len(running) < args.workers:
-                method, seed = todo.pop(0)
+                job = next_run(todo, [entry[0] for entry in running])
+                if job is None:  # only steered runs are left and one is going
+                    break
+                method, seed = job
                 print(f"[dynamics] {method} seed {seed} ...", flush=True)
                 cmd = [sys.executable, __file__, "--run-one", method, str(seed), "--out", str(args.out)]
                 cmd += [x for k, v in args.set for x in ("--set", k, v)]
