@@ -1,6 +1,9 @@
 """Shared fixtures: the real SmolLM2 tokenizer and tiny causal LMs built from a config (no hub)."""
 
+import importlib.util
 import os
+import pathlib
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -31,6 +34,24 @@ def make_tiny_lm(smollm2_tokenizer):
     """``make_tiny_lm(arch="llama", seed=0, hidden_size=64, num_layers=2)``: a new tiny causal LM over the SmolLM2
     vocabulary (see :func:`trl_explore.testing.make_tiny_causal_lm`)."""
     return lambda **kwargs: make_tiny_causal_lm(smollm2_tokenizer, **kwargs)
+
+
+@pytest.fixture
+def load_script(monkeypatch):
+    """``load_script(path, name=None)``: a file of this repository that the package does not ship (an example or
+    benchmark script; ``path`` relative to the repository root) loaded as a module named ``name`` (default: the file's
+    stem). Its top level runs, its ``__main__`` block does not; the module stays in ``sys.modules`` for the test, where
+    dataclasses look their module up when a parser reads their fields."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+
+    def load(path: str, name: str | None = None):
+        spec = importlib.util.spec_from_file_location(name or pathlib.Path(path).stem, root / path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture

@@ -712,16 +712,11 @@ def test_champ_all_settings_table(tmp_path):
     assert (saved["without_valid"], dataset["train"].num_rows, dataset["test"].num_rows) == (37, 219, 24)
 
 
-def test_outputs_go_under_the_git_ignored_outputs_folder(monkeypatch):
-    import importlib.util
-
+def test_outputs_go_under_the_git_ignored_outputs_folder(load_script):
     from trl_explore.evaluation.plots import default_plot_dir
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("build_example", root / "examples" / "build_offline_dataset.py")
-    example = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "build_example", example)  # dataclasses resolve annotations there
-    spec.loader.exec_module(example)
+    example = load_script("examples/build_offline_dataset.py", "build_example")
     assert example.ScriptArguments().output_dir == B.DEFAULT_OUTPUT_DIR == "outputs/offline_dataset"
     assert default_plot_dir(["outputs/a", "outputs/b"]).parts[:2] == ("outputs", "plots")
     ignored = (root / ".gitignore").read_text().split()

@@ -192,17 +192,13 @@ def _load(spec: str, module=None):
     return getattr(importlib.import_module(name), attr)
 
 
-def _script_options(script: str) -> set[str]:
+def _script_options(script: str, load_script) -> set[str]:
     from trl import ModelConfig, TrlParser
 
     from trl_explore.cli import make_parser
     from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
-    path = ROOT / script
-    spec = importlib.util.spec_from_file_location(f"docs_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)  # the scripts run only under __main__
+    module = load_script(script, f"docs_{pathlib.Path(script).stem}")  # the scripts run only under __main__
     data, config = SCRIPTS[script]
     if config is None:
         parser = TrlParser((_load(data, module),))
@@ -213,7 +209,7 @@ def _script_options(script: str) -> set[str]:
     return set(parser._option_string_actions) | {"--config"}
 
 
-def test_options_given_to_example_scripts_exist():
+def test_options_given_to_example_scripts_exist(load_script):
     known = {}
     for block in ALL_BLOCKS:
         if block.language != "bash":
@@ -224,7 +220,7 @@ def test_options_given_to_example_scripts_exist():
                 continue
             script = words[scripts[0]]
             if script not in known:
-                known[script] = _script_options(script)
+                known[script] = _script_options(script, load_script)
             for word in words[scripts[0] + 1:]:
                 if word.startswith("--"):
                     option = word.split("=", 1)[0]

@@ -1,20 +1,10 @@
 """benchmarks/dynamics.py never starts a steered (ASE-kind) run beside another: two do not fit a 24 GB machine."""
 
-import importlib.util
-import pathlib
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = "benchmarks/dynamics.py"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("dynamics_script", ROOT / "benchmarks" / "dynamics.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_steered_run_waits_while_another_steered_run_goes():
-    d = load_script()
+def test_a_steered_run_waits_while_another_steered_run_goes(load_script):
+    d = load_script(SCRIPT, "dynamics_script")
     todo = [("ase", 0), ("oger_ase", 0), ("ase_random", 0), ("grpo", 1)]
     assert d.next_run(todo, ["oger_ase"]) == ("grpo", 1)  # the first run that is not steered
     assert todo == [("ase", 0), ("oger_ase", 0), ("ase_random", 0)]
@@ -24,8 +14,8 @@ def test_a_steered_run_waits_while_another_steered_run_goes():
     assert d.next_run(todo, []) == ("oger_ase", 0)
 
 
-def test_the_order_is_kept_when_nothing_steers():
-    d = load_script()
+def test_the_order_is_kept_when_nothing_steers(load_script):
+    d = load_script(SCRIPT, "dynamics_script")
     todo = [("grpo", 0), ("oger", 0), ("ase", 0)]
     assert [d.next_run(todo, ["oger_noreward"]) for _ in range(3)] == [("grpo", 0), ("oger", 0), ("ase", 0)]
     assert todo == [] and d.next_run(todo, []) is None

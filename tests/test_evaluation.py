@@ -7,7 +7,6 @@ import itertools
 import json
 import math
 import pathlib
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -471,7 +470,7 @@ def test_training_dynamics_plots_have_the_expected_lines(tmp_path):
         plots.plot_training_dynamics(ase, [plots.OGER_PANELS[0]])
 
 
-def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch, make_summary):
+def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, make_summary, load_script):
     base = make_summary("GRPO", {"aime2024": (0.1, 0.3), "math500": (0.5, 0.7)})
     ours = make_summary("OGER", {"aime2024": (0.2, 0.4)})
     fig = plots.plot_pass_at_k({"GRPO": base, "OGER": ours}, tmp_path / "pk.png")
@@ -489,13 +488,7 @@ def test_pass_at_k_temperature_plots_and_plot_runs(tmp_path, monkeypatch, make_s
     evaluation.mkdir()
     (evaluation / results.SUMMARY_JSON).write_text(json.dumps(base))
     (evaluation / "temperature_sweep.json").write_text(json.dumps(sweep))
-    import importlib.util
-
-    script = pathlib.Path(__file__).parents[1] / "examples" / "plot.py"
-    spec = importlib.util.spec_from_file_location("plot_example", script)
-    example = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "plot_example", example)  # dataclasses resolve annotations there
-    spec.loader.exec_module(example)
+    example = load_script("examples/plot.py", "plot_example")
     assert example.positional_to_flags([str(train), str(evaluation), "--smooth", "2"]) == [
         "--run_dirs", str(train), str(evaluation), "--smooth", "2"]  # fmt: skip
     written = example.main(example.PlotArguments(run_dirs=[str(train), str(evaluation)],
@@ -583,26 +576,15 @@ def test_distinct_answer_fraction():
         distinct_answer_fraction(["4"], 2)
 
 
-def _load_example(name: str, monkeypatch):
-    import importlib.util
-
-    script = pathlib.Path(__file__).parents[1] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_example", script)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, f"{name}_example", module)  # dataclasses resolve annotations there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_evaluate_and_plot_default_to_the_main_jobs_output_dir(monkeypatch):
+def test_evaluate_and_plot_default_to_the_main_jobs_output_dir(load_script):
     """examples/evaluate.py's ``main`` and examples/plot.py's default run are the folder the main job writes: the
     ``output_dir`` of examples/train_oger.py's default recipe."""
     import yaml
 
-    recipe = _load_example("train_oger", monkeypatch).RECIPE
+    recipe = load_script("examples/train_oger.py", "train_oger_example").RECIPE
     output_dir = yaml.safe_load(recipe.read_text())["output_dir"]
     assert output_dir == "outputs/oger-smollm2-ladder"
-    evaluate, plot = _load_example("evaluate", monkeypatch), _load_example("plot", monkeypatch)
+    evaluate, plot = (load_script(f"examples/{name}.py", f"{name}_example") for name in ("evaluate", "plot"))
     assert evaluate.MAIN_JOB_RECIPE == plot.MAIN_JOB_RECIPE == recipe
     assert evaluate.MAIN_JOB_OUTPUT == plot.MAIN_JOB_OUTPUT == output_dir
     assert plot.PlotArguments().run_dirs == [output_dir]

@@ -1,16 +1,5 @@
 """benchmarks/grader_agreement.py selects exactly the default-setting cases of a Math-Verify-style test folder."""
 
-import importlib.util
-import pathlib
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("grader_agreement", ROOT / "benchmarks" / "grader_agreement.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # A made-up test folder in the shape of Math-Verify's: a helper with settings, tests that use it in several ways.
@@ -50,11 +39,11 @@ def test_not_plain(gold, pred, result):
 '''
 
 
-def test_collect_cases_keeps_only_default_settings(tmp_path):
+def test_collect_cases_keeps_only_default_settings(tmp_path, load_script):
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "__init__.py").write_text("")
     (tests / "test_helper.py").write_text(HELPER)
     (tests / "test_cases.py").write_text(TESTS)
-    cases = load_script().collect_cases(tests)
+    cases = load_script("benchmarks/grader_agreement.py", "grader_agreement").collect_cases(tests)
     assert sorted((c["gold"], c["expected"]) for c in cases) == [("1", 1), ("2", 0), ("5", 1), ("7", 1), ("9", 1)]

@@ -385,10 +385,9 @@ def test_oger_trainer_takes_ladder_rows_and_trains_one_step(tmp_path, smollm2_to
     assert any(not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
 
 
-def test_train_oger_script_loads_the_ladder_recipe_training_rows():
+def test_train_oger_script_loads_the_ladder_recipe_training_rows(load_script):
     """examples/train_oger.py's load_train_dataset on recipes/oger_smollm2_ladder_cpu.yaml: the recipe's level mix,
     every teacher solution kept (all fit max_completion_length - 1 tokens)."""
-    import importlib.util
     import pathlib
 
     from trl import ModelConfig
@@ -398,10 +397,7 @@ def test_train_oger_script_loads_the_ladder_recipe_training_rows():
     from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("train_oger", root / "examples" / "train_oger.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules["train_oger"] = script  # dataclasses look their module up there
-    spec.loader.exec_module(script)
+    script = load_script("examples/train_oger.py")
     recipe = root / "recipes" / "oger_smollm2_ladder_cpu.yaml"
     script_args, _, training_args, _ = parse_args((script.ScriptArguments, HeldoutEvalArguments, OGERConfig,
                                                    ModelConfig), recipe, ["--config", str(recipe)])

@@ -1,7 +1,6 @@
 """DynamicsProbe: its pure functions on hand values, and the probe on real (tiny) training steps of every trainer on
 the ladder."""
 
-
 import pytest
 import torch
 

@@ -1,8 +1,6 @@
 """Every recipe in recipes/ loads through the example script's TrlParser, with every option a real field."""
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
 import yaml
@@ -12,22 +10,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 
 
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def _parse(recipe):
+def _parse(recipe, load_script):
     from trl_explore import ASEConfig, OGERASEConfig, OGERConfig
     from trl_explore.data.training_data import DataArguments
     from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     name, config = ("train_oger_ase", OGERASEConfig) if recipe.name.startswith("oger_ase") else (
         ("train_oger", OGERConfig) if recipe.name.startswith("oger") else ("train_ase_grpo", ASEConfig))
-    script = _script(name)
+    script = load_script(f"examples/{name}.py")
     # the scripts' run_training parses these (DataArguments unless the script has its own ScriptArguments)
     dataclasses = (getattr(script, "ScriptArguments", DataArguments), HeldoutEvalArguments, config, ModelConfig)
     # bf16 and vLLM are checked against this machine (CPU, no vLLM) by the configs: switched off here only
@@ -44,9 +34,9 @@ def test_there_are_six_recipes():
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
-def test_recipe_loads_and_every_option_is_a_field(recipe):
+def test_recipe_loads_and_every_option_is_a_field(recipe, load_script):
     values = yaml.safe_load(recipe.read_text())
-    parsed = _parse(recipe)
+    parsed = _parse(recipe, load_script)
     fields = {name for obj in parsed for name in vars(obj)}
     unknown = sorted(set(values) - fields)
     assert not unknown, f"{recipe.name}: options that are no field of the script's dataclasses: {unknown}"
