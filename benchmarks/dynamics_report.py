@@ -162,11 +162,12 @@ def report(out: pathlib.Path, methods: dict) -> dict:
     table = {m: {key: spread([s.get(key) for s in scalars[m]]) for key in sorted({k for s in scalars[m] for k in s})}
              for m in order}
     comparisons = {}
-    for base, against in (("grpo", order), ("oger_noreward", order), ("oger", CONTROLS_OF["oger"]),
-                          ("ase", CONTROLS_OF["ase"])):
+    for base, against in (("grpo", order), ("oger_noreward", order), *CONTROLS_OF.items()):
+        if base not in by_method:
+            continue
         rows = {m: compare(by_method[base], by_method[m], scalars[base], scalars[m])
-                for m in against if m != base and m in by_method} if base in by_method else {}
-        if rows:
+                for m in against if m != base and m in by_method}
+        if rows:  # a base without anything to compare writes no table
             comparisons[base] = rows
     summary = {"settings": runs[0]["settings"], "start": start["summary"] if start else None,
                "seeds": {m: sorted(r["seed"] for r in by_method[m]) for m in order}, "table": table,
@@ -357,8 +358,8 @@ def plot_all(out, by_method, methods, order, start) -> None:
                   ("oger/reward_max", "OGER reward, max", "OGER Fig. 5"),
                   ("dynamics/all_entropy", "entropy, all tokens (TRL's)", "")], "OGER exploration reward")
     _heldout_figure(out / "dynamics_heldout.png", by_method, methods, core, start)
-    controls = [m for m in ("oger", "oger_batchscale", "oger_norefine", "ase", "ase_random") if m in by_method]
-    if any(m in by_method for m in ("oger_batchscale", "oger_norefine", "ase_random")):  # a control beside its method
+    controls = [m for base, of in CONTROLS_OF.items() for m in (base, *of) if m in by_method]
+    if any(m in by_method for of in CONTROLS_OF.values() for m in of):  # a control (beside its method, if it ran)
         _step_figure(out / "dynamics_controls.png", by_method, methods, controls, panels, "Controls")
         _heldout_figure(out / "dynamics_controls_heldout.png", by_method, methods, controls, start)
     _bank_figure(out / "dynamics_ase_bank.png", by_method, methods)
