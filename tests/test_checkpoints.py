@@ -1,14 +1,22 @@
 """Checkpoints a kill cannot tear (trl_explore.checkpoints, issue 22 item 3): the completion record, the checks of a
 torn folder, the choice ``resume_from_checkpoint=True`` makes, the record of what a checkpoint was written with, and
 (slow) runs killed with SIGKILL at each file of a checkpoint's write, in 1 and 2 processes, then resumed.
+
+Issue 31: checkpoints whose files are all there and wrong (a flipped byte in the weights, the optimizer state or a
+safetensors header; NaN weights or optimizer state), two runs on one output_dir, a changed learning rate on resume, a
+save into a full or read-only folder, and the test helpers ending every process of a run that outlives its timeout.
 """
 
+import contextlib
+import errno
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -18,16 +26,32 @@ from safetensors.torch import save_file
 from trl import GRPOConfig
 
 from trl_explore.checkpoints import (
+    LOCK_NAME,
     RECORD_NAME,
+    CheckpointWriteError,
+    OutputDirInUse,
+    OutputDirLock,
+    compare_optimizer_settings,
     compare_run_records,
+    describe_write_failure,
+    digest_files,
+    file_digest,
     file_problem,
+    first_nonfinite,
     inspect_checkpoint,
     inspect_run,
     list_files,
+    nonfinite_state,
     write_record,
 )
 from trl_explore.driver import ExplorationTrainer
-from trl_explore.testing import make_tiny_causal_lm, parity_reward, run_in_session, run_two_cpu_processes
+from trl_explore.testing import (
+    make_tiny_causal_lm,
+    parity_reward,
+    run_in_session,
+    run_two_cpu_processes,
+    tiny_training_args,
+)
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_kill.py"
 
@@ -62,7 +86,8 @@ def _checkpoint(folder: Path, step: int, status="complete", inside=False, **reco
     save_file({"w": torch.ones(4)}, folder / "model.safetensors")
     torch.save({"cpu": torch.zeros(3)}, folder / "rng_state.pth")
     files = list_files(str(folder))
-    write_record(str(folder), {"status": status, "step": step, "inside_generation": inside, "files": files, **record})
+    write_record(str(folder), {"status": status, "step": step, "inside_generation": inside, "files": files,
+                               "digest": "sha256", "digests": digest_files(str(folder), files), **record})
     return folder
 
 
@@ -188,6 +213,344 @@ def test_a_resume_inside_a_generation_with_another_geometry_or_method_is_refused
         trainer._resumable_checkpoint(str(boundary))
     assert "with other settings than it was written with" in caplog.text
     assert "['oger'] wrote the checkpoint" in caplog.text
+
+
+# ---------------------------------------------------------------- contents: digests, headers, non-finite values
+def _flip(path: Path, offset: int, mask: int = 0x40) -> None:
+    """XOR one byte of ``path`` with ``mask`` (the issue's flipped bit); a negative offset counts from the end."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def test_the_record_holds_a_sha256_of_every_file_and_a_flipped_byte_is_named(tmp_path):
+    import hashlib
+
+    done = _checkpoint(tmp_path / "checkpoint-2", 2)
+    record = json.loads((done / RECORD_NAME).read_text())
+    assert record["digest"] == "sha256"
+    assert record["digests"]["trainer_state.json"] == hashlib.sha256(
+        (done / "trainer_state.json").read_bytes()).hexdigest()
+    assert sorted(record["digests"]) == sorted(rel for rel, _ in record["files"])
+    assert file_digest(str(done / "model.safetensors")) == record["digests"]["model.safetensors"]
+    _flip(done / "model.safetensors", -1)  # the last byte of the weights: size and header unchanged
+    assert inspect_checkpoint(str(done)).complete  # by size: as before digests
+    assert inspect_checkpoint(str(done), verify_contents=True).problem == (
+        f"model.safetensors does not match its sha256 digest in {RECORD_NAME}: its contents changed after it was "
+        "written")
+    _flip(done / "model.safetensors", -1)
+    assert inspect_checkpoint(str(done), verify_contents=True).complete
+    _flip(done / "rng_state.pth", 100)  # inside a torch zip file
+    assert inspect_checkpoint(str(done), verify_contents=True).problem.startswith("rng_state.pth does not match")
+
+
+def test_a_flipped_byte_in_a_safetensors_header_is_named_even_without_a_record(tmp_path):
+    save_file({"a": torch.arange(10.0)}, tmp_path / "w.safetensors")
+    header = (tmp_path / "w.safetensors").read_bytes()
+    _flip(tmp_path / "w.safetensors", header.index(b"F32") + 1, ord("3") ^ ord("2"))  # F32 -> F22, still JSON
+    assert file_problem(str(tmp_path / "w.safetensors")) == (
+        "w.safetensors is corrupt: its header gives tensor 'a' the unknown dtype 'F22'")
+    save_file({"a": torch.arange(10.0)}, tmp_path / "w.safetensors")
+    _flip(tmp_path / "w.safetensors", header.index(b"[10]") + 2, ord("0") ^ ord("1"))  # shape [10] -> [11]
+    assert file_problem(str(tmp_path / "w.safetensors")) == (
+        "w.safetensors is corrupt: its header gives tensor 'a' (F32, shape [11]) 40 bytes, it needs 44")
+    legacy = tmp_path / "checkpoint-1"
+    legacy.mkdir()
+    (legacy / "trainer_state.json").write_text("{}")
+    (tmp_path / "w.safetensors").rename(legacy / "model.safetensors")
+    assert inspect_checkpoint(str(legacy)).problem.startswith("model.safetensors is corrupt")
+
+
+def test_inspect_run_verifies_contents_newest_first_until_one_matches(tmp_path):
+    for step in (1, 2, 3):
+        _checkpoint(tmp_path / f"checkpoint-{step}", step)
+    _flip(tmp_path / "checkpoint-3" / "model.safetensors", -2)
+    _flip(tmp_path / "checkpoint-1" / "model.safetensors", -2)  # older than the one taken: not read
+    statuses = inspect_run(str(tmp_path), verify_contents=True)
+    assert [s.complete for s in statuses] == [False, True, True]
+    assert statuses[0].problem.startswith("model.safetensors does not match its sha256 digest")
+
+
+def test_first_nonfinite_names_the_tensor_and_counts_its_values():
+    assert first_nonfinite([("a", torch.ones(3)), ("ids", torch.tensor([1, 2]))]) is None
+    assert first_nonfinite([("a", torch.ones(3)), ("b", torch.tensor([[1.0, float("nan")], [float("inf"), 0.0]]))]) \
+        == "b: 2 of 4 values are NaN or infinite"
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    assert nonfinite_state(model, optimizer) is None
+    optimizer.state[model.bias] = {"step": torch.tensor(1.0), "exp_avg": torch.tensor([float("inf")]),
+                                   "exp_avg_sq": torch.zeros(1)}
+    assert nonfinite_state(model, optimizer) == "optimizer state exp_avg of bias: 1 of 1 values are NaN or infinite"
+    with torch.no_grad():
+        model.weight[0, 1] = float("nan")
+    assert nonfinite_state(model, optimizer) == "weight weight: 1 of 2 values are NaN or infinite"
+
+
+# ---------------------------------------------------------------- optimizer settings, write failures, the lock
+def test_compare_optimizer_settings_says_which_value_is_used():
+    saved = {"learning_rate": 1e-3, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
+             "lr_scheduler_type": "linear", "warmup_steps": 0}
+    assert compare_optimizer_settings(saved, dict(saved)) == []
+    given = {**saved, "learning_rate": 1e-2, "adam_beta2": 0.99, "lr_scheduler_type": "cosine", "warmup_steps": 5}
+    assert compare_optimizer_settings(saved, given) == [
+        "learning_rate=0.001 kept from the checkpoint (0.01 given)",
+        "adam_beta2=0.999 kept from the checkpoint (0.99 given)",
+        "lr_scheduler_type='cosine' used as given (the checkpoint's was 'linear')",
+        "warmup_steps=5 used as given (the checkpoint's was 0)"]
+    assert compare_optimizer_settings({}, given) == []  # a record written before optimizer settings were recorded
+
+
+def test_describe_write_failure_names_folder_file_and_free_space(tmp_path):
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x")
+    full = OSError(errno.ENOSPC, "No space left on device", str(folder / "optimizer.pt"))
+    line = describe_write_failure(str(folder), full)
+    assert line.startswith(f"cannot save checkpoint {folder}: no space left on the device writing "
+                           f"{folder / 'optimizer.pt'} (")
+    assert " free); nothing was marked complete" in line and "\n" not in line
+    torn = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 5120 vs 5012")
+    (folder / "optimizer.pt").write_bytes(b"PK")  # the newest file: the one torch was writing
+    assert describe_write_failure(str(folder), torn).startswith(
+        f"cannot save checkpoint {folder}: torch could not write the file (a full disk reads so: [enforce fail at "
+        f"inline_container.cc:672] . unexpected pos 5120 vs 5012) writing {folder / 'optimizer.pt'} (")
+    denied = PermissionError(errno.EACCES, "Permission denied", str(folder))
+    assert f"no permission to write writing {folder} (" in describe_write_failure(str(folder), denied)
+
+
+_HOLD = textwrap.dedent("""
+    import sys, time
+    from trl_explore.checkpoints import OutputDirLock
+    OutputDirLock(sys.argv[1]).acquire()
+    print("held", flush=True)
+    time.sleep(600)
+""")
+
+
+@contextlib.contextmanager
+def _held_by_another_process(folder):
+    """A process that holds ``folder``'s lock until the block ends, then dies by SIGKILL (leaves its lock file)."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_one_writer_per_output_dir_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    folder = tmp_path / "out"
+    with _held_by_another_process(folder) as pid:
+        with pytest.raises(OutputDirInUse) as err:
+            OutputDirLock(str(folder)).acquire()
+        assert str(err.value).startswith(f"output_dir {folder} is in use by another run (pid {pid} on ")
+        assert "give this run another output_dir" in str(err.value)
+    assert (folder / LOCK_NAME).exists()  # SIGKILL: the file stays, the lock went with the process
+    lock = OutputDirLock(str(folder))
+    lock.acquire()
+    assert json.loads((folder / LOCK_NAME).read_text())["pid"] == os.getpid()
+    with pytest.raises(OutputDirInUse, match=f"pid {os.getpid()} on"):  # a second lock in this process too
+        OutputDirLock(str(folder)).acquire()
+    lock.release()
+    OutputDirLock(str(folder)).acquire()
+
+
+# ---------------------------------------------------------------- the trainer: save, refuse, resume (no training)
+def _saving_trainer(tmp_path, tokenizer, **overrides):
+    """A tiny trainer whose optimizer exists, to call ``_save_checkpoint`` without a training step."""
+    args = GRPOConfig(**tiny_training_args(tmp_path / "run", **{
+        "per_device_train_batch_size": 2, "num_generations": 2, "max_steps": 2, "max_completion_length": 4,
+        "save_strategy": "steps", "save_steps": 1, **overrides}))
+    trainer = ExplorationTrainer(make_tiny_causal_lm(tokenizer), reward_funcs=[parity_reward], args=args,
+                                 train_dataset=Dataset.from_list([{"prompt": "1 + 1 ="}] * 2),
+                                 processing_class=tokenizer)
+    trainer.create_optimizer_and_scheduler(num_training_steps=2)
+    return trainer
+
+
+def _save(trainer, step):
+    trainer.state.global_step = step
+    trainer._save_checkpoint(trainer.model, None)
+    return Path(trainer.args.output_dir) / f"checkpoint-{step}"
+
+
+@pytest.mark.parametrize("name,offset", [("model.safetensors", -3), ("optimizer.pt", 200), ("model.safetensors", 20)])
+def test_a_flipped_byte_in_a_complete_checkpoint_falls_back_to_the_previous_one(
+        tmp_path, smollm2_tokenizer, caplog, name, offset):
+    # the issue's cases: a weight, the optimizer state, a safetensors header (offset 20: inside its JSON)
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    first, second = _save(trainer, 1), _save(trainer, 2)
+    assert inspect_checkpoint(str(second), verify_contents=True).complete
+    _flip(second / name, offset)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+        assert trainer._resumable_checkpoint(True) == str(first)
+    lines = [r.getMessage() for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
+    assert len(lines) == 1 and f"skipped the torn {second} (" in lines[0], lines
+    assert f"{name} does not match its sha256 digest" in lines[0] or f"{name} is corrupt" in lines[0], lines
+    with pytest.raises(ValueError, match=f"cannot resume from {second}: .*{name}.* the newest complete checkpoint is "
+                                         f"{first}: resume from it"):
+        trainer.train(resume_from_checkpoint=str(second))
+
+
+def test_a_save_of_nonfinite_weights_stops_before_the_checkpoint_is_written(tmp_path, smollm2_tokenizer):
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    first = _save(trainer, 1)
+    with torch.no_grad():
+        trainer.model.model.norm.weight[3] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"^step 2: weight model.norm.weight: 1 of 64 values are NaN or "
+                                                 rf"infinite; {tmp_path / 'run' / 'checkpoint-2'} was not written .* "
+                                                 f"newest complete checkpoint is {first}"):
+        _save(trainer, 2)
+    assert not (tmp_path / "run" / "checkpoint-2").exists()
+
+
+@pytest.mark.parametrize("where", ["weights", "optimizer"])
+def test_a_checkpoint_holding_nonfinite_values_stops_the_resume(tmp_path, smollm2_tokenizer, monkeypatch, where):
+    import trl_explore.resume
+
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    if where == "weights":
+        with torch.no_grad():
+            trainer.model.model.norm.weight[0] = float("inf")
+    else:
+        param = trainer.model.model.norm.weight
+        trainer.optimizer.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.full_like(param, float("nan")),
+                                          "exp_avg_sq": torch.zeros_like(param)}
+    monkeypatch.setattr(trl_explore.resume, "nonfinite_state", lambda *a: None)  # written as an older version would
+    folder = _save(trainer, 1)
+    monkeypatch.undo()
+    fresh = _saving_trainer(tmp_path, smollm2_tokenizer)
+    problem = ("weight model.norm.weight: 1 of 64 values are NaN or infinite" if where == "weights" else
+               "optimizer state exp_avg of model.norm.weight: 64 of 64 values are NaN or infinite")
+    with pytest.raises(FloatingPointError, match=f"^cannot resume from {folder}: its {problem}; training on them"):
+        fresh.train(resume_from_checkpoint=str(folder))
+
+
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """``folder`` read-only: its mode 0o555, and, when this runs as root (which ignores modes), an effective user
+    without rights on it for the block."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder.parent, 0o755)
+    os.chmod(folder, 0o555)
+    root = os.geteuid() == 0
+    try:
+        if root:
+            os.seteuid(65534)
+        yield
+    finally:
+        if root:
+            os.seteuid(0)
+        os.chmod(folder, 0o755)
+
+
+def test_a_save_into_a_read_only_or_full_folder_says_so_in_one_line(tmp_path, smollm2_tokenizer, monkeypatch):
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    run = tmp_path / "run"
+    with _read_only(run), pytest.raises(CheckpointWriteError) as err:
+        _save(trainer, 1)
+    assert str(err.value).startswith(f"cannot save checkpoint {run / 'checkpoint-1'}: no permission to write "
+                                     f"writing {run / 'checkpoint-1'} (")
+    assert not (run / "checkpoint-1").exists()
+
+    def full(obj, f, *args, **kwargs):  # the disk fills while torch writes the optimizer state
+        if str(f).endswith("optimizer.pt"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(CheckpointWriteError) as err:
+        _save(trainer, 2)
+    line = str(err.value)
+    assert line.startswith(f"cannot save checkpoint {run / 'checkpoint-2'}: no space left on the device writing "
+                           f"{run / 'checkpoint-2' / 'optimizer.pt'} (")
+    assert "free); nothing was marked complete" in line
+    status = inspect_checkpoint(str(run / "checkpoint-2"))
+    assert not status.complete and status.problem.endswith(f"{RECORD_NAME} says 'writing'")
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_at_start(tmp_path, smollm2_tokenizer):
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    with _held_by_another_process(tmp_path / "run") as pid:
+        with pytest.raises(OutputDirInUse, match=f"output_dir {tmp_path / 'run'} is in use by another run "
+                                                 f"\\(pid {pid} on "):
+            trainer.train()
+    lock = trainer._lock_output_dir()  # the holder was killed: the folder is free
+    assert lock.held
+    lock.release()
+
+
+@pytest.mark.slow
+def test_a_changed_learning_rate_on_resume_is_named_with_the_value_kept(tmp_path, smollm2_tokenizer, caplog):
+    first = _saving_trainer(tmp_path, smollm2_tokenizer, max_steps=1)
+    first.train()
+    resumed = _saving_trainer(tmp_path, smollm2_tokenizer, learning_rate=1e-2, weight_decay=0.1,
+                              lr_scheduler_type="constant")
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+        resumed.train(resume_from_checkpoint=True)
+    lines = [r.getMessage() for r in caplog.records if "optimizer or scheduler settings" in r.getMessage()]
+    assert lines == [f"resuming from {tmp_path / 'run' / 'checkpoint-1'} with other optimizer or scheduler settings "
+                     "than it was written with: learning_rate=0.001 kept from the checkpoint (0.01 given); "
+                     "weight_decay=0.0 kept from the checkpoint (0.1 given); lr_scheduler_type='constant' used as "
+                     "given (the checkpoint's was 'linear')"]
+    # what the line says is what the resumed optimizer did: the checkpoint's rate on the constant schedule
+    assert [e["learning_rate"] for e in resumed.state.log_history if "learning_rate" in e] == [1e-3]
+    assert {g["weight_decay"] for g in resumed.optimizer.param_groups} == {0.0}
+
+
+# ---------------------------------------------------------------- the test helpers end every process of a run
+_SPAWNER = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    print(child.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to read its status does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone(pids, wait: float = 10.0) -> bool:
+    """Whether every pid has ended (killed processes handed to init are reaped within moments)."""
+    deadline = time.monotonic() + wait
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(p) for p in pids)
+
+
+def test_run_in_session_kills_a_child_in_a_session_of_its_own_on_timeout(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired) as err:
+        run_in_session([sys.executable, "-c", _SPAWNER], timeout=5)
+    child = int(err.value.stdout.split()[0]) if err.value.stdout else None
+    assert child is not None and _gone([child])
+
+
+_SLEEPING_WORKER = textwrap.dedent("""
+    import os, sys, time
+    with open(os.path.join(sys.argv[1], f"pid{os.environ['RANK']}"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+""")
+
+
+@pytest.mark.slow
+def test_run_two_cpu_processes_kills_every_worker_on_timeout(tmp_path):
+    # torchrun starts each worker in a session of its own: killing torchrun's session alone left them running
+    script = tmp_path / "sleep.py"
+    script.write_text(_SLEEPING_WORKER)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_two_cpu_processes(script, tmp_path, timeout=30)
+    pids = [int((tmp_path / f"pid{rank}").read_text()) for rank in (0, 1)]
+    assert _gone(pids)
 
 
 # ---------------------------------------------------------------- killed while writing, then resumed (slow)

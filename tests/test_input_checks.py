@@ -16,7 +16,7 @@ from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer
 from trl_explore.ase.bank import SteeringVectorBank
 from trl_explore.ase.routing import prompt_key, shared_problem_id_warning
 from trl_explore.driver import ExplorationTrainer
-from trl_explore.oger.offline import teacher_completion
+from trl_explore.oger.offline import offline_trajectories, teacher_completion
 from trl_explore.positions import context_length_problem
 from trl_explore.resume import check_buffered_geometry
 from trl_explore.rewards.checks import check_reward_values, unscored_correctness_warning
@@ -282,3 +282,11 @@ def test_an_oger_checkpoint_inside_a_generation_is_refused_by_ase(tmp_path, smol
     with pytest.raises(ValueError, match=r"written inside a generation.*components \['oger'\] wrote the checkpoint, "
                                          r"this trainer has \['ase'\]"):
         ase.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+
+
+def test_a_teacher_name_given_as_none_is_named_offline_not_none():
+    # issue 31 item 6: str(None) made the logged teacher "None"
+    from trl_explore.oger.options import OGEROptions
+
+    row = {"offline_completions": ["2 + 2 = 4", "four"], "offline_teachers": [None, "teacher-b"]}
+    assert offline_trajectories(row, OGEROptions()) == (["2 + 2 = 4", "four"], ["offline", "teacher-b"], None)

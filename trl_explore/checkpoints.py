@@ -15,7 +15,13 @@ name inside ``_save_checkpoint`` and hands it to every writer, to the best-model
 rotation of old checkpoints, and TRL writes into the final name after Transformers returns; a rename onto a folder
 that already exists (a resumed run writing step N over a torn N) is not atomic; and on object-store mounts (s3fs,
 gcsfuse) a folder rename copies every file. The record also carries what a resume is checked against
-(:func:`run_record`: the trainer, its components and options, the batch geometry).
+(:func:`run_record`: the trainer, its components and options, the batch geometry, the optimizer's settings).
+
+The record also holds a SHA-256 digest of every file it lists (:func:`digest_files`): a checkpoint whose files are all
+there at their size but whose contents changed since (a flipped bit on the disk or in transit, a file rewritten by
+hand) is torn too (:func:`inspect_checkpoint` with ``verify_contents``). SHA-256 because it was the fastest of
+hashlib's digests measured here (the CPUs hash it in hardware; figures in docs/resuming.md), and a cryptographic one
+because a collision must not be findable by accident or on purpose.
 
 A folder without a record was written by an older version or another trainer: its files are checked one by one
 (:func:`file_problem`: JSON that parses, safetensors and torch zip files of their full length) and it is accepted
@@ -28,10 +34,16 @@ power loss in the seconds after a save can lose data the record lists (as with T
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import json
+import math
 import os
 import re
+import shutil
+import socket
 import struct
+import time
 import uuid
 import zipfile
 
@@ -42,6 +54,12 @@ FORMAT = 1
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _TORCH_ZIP = (".pt", ".pth", ".bin")
+DIGEST = "sha256"
+"""The hashlib digest of the record's ``digests`` (module docstring)."""
+_CHUNK = 8 << 20
+_SAFETENSORS_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
+                     "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "I64": 64, "U64": 64,
+                     "F64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +117,43 @@ def list_files(folder: str) -> list[list]:
     return [[rel, size] for _, rel, size in sorted(found)]
 
 
+def file_digest(path: str, algorithm: str = DIGEST) -> str:
+    """The hashlib ``algorithm`` digest of the file at ``path``, in hex (8 MiB chunks; hashlib releases the GIL)."""
+    digest = hashlib.new(algorithm)
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def digest_files(folder: str, files: list[list]) -> dict[str, str]:
+    """``{relative path: hex digest}`` of ``files`` (:func:`list_files`' rows) under ``folder``."""
+    return {rel: file_digest(os.path.join(folder, rel)) for rel, *_ in files}
+
+
+def _safetensors_header_problem(name: str, header: dict) -> str | None:
+    """A tensor entry whose dtype is not safetensors' or whose shape does not fill its bytes (a flipped header byte
+    that still parses as JSON, e.g. ``F32`` read as ``F22``)."""
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        dtype, shape, (start, end) = entry.get("dtype"), entry.get("shape"), entry["data_offsets"]
+        if dtype not in _SAFETENSORS_BITS:
+            return f"{name} is corrupt: its header gives tensor {key!r} the unknown dtype {dtype!r}"
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            return f"{name} is corrupt: its header gives tensor {key!r} the shape {shape!r}"
+        if _SAFETENSORS_BITS[dtype] % 8 == 0 and math.prod(shape) * _SAFETENSORS_BITS[dtype] // 8 != end - start:
+            return (f"{name} is corrupt: its header gives tensor {key!r} ({dtype}, shape {shape}) {end - start} "
+                    f"bytes, it needs {math.prod(shape) * _SAFETENSORS_BITS[dtype] // 8}")
+    return None
+
+
 def file_problem(path: str) -> str | None:
     """Why the file at ``path`` is torn, or None: JSON must parse, a safetensors file must hold the header and the
-    data its header declares, a torch zip file (``.pt``, ``.pth``, ``.bin``) must end with its zip directory."""
+    data its header declares (each tensor a known dtype whose shape fills its bytes), a torch zip file (``.pt``,
+    ``.pth``, ``.bin``) must end with its zip directory."""
     name = os.path.basename(path)
     size = os.path.getsize(path)
     try:
@@ -120,6 +172,7 @@ def file_problem(path: str) -> str | None:
             end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
             if 8 + length + end != size:
                 return f"{name} is torn: {size} bytes, its header declares {8 + length + end}"
+            return _safetensors_header_problem(name, header)
         elif name.endswith(_TORCH_ZIP) and not zipfile.is_zipfile(path):
             with open(path, "rb") as f:
                 if size < 2 or f.read(2) == b"PK":  # empty, or a zip (torch.save's format) cut before its directory
@@ -134,11 +187,11 @@ def _expected(reference: dict | None) -> list[str]:
     only inside a generation: not expected); ``trainer_state.json`` without one."""
     if not reference:
         return [TRAINER_STATE]
-    return [rel for rel, _ in reference["files"] if not rel.endswith(".safetensors") or "generation_state" not in rel]
+    return [rel for rel, *_ in reference["files"] if not rel.endswith(".safetensors") or "generation_state" not in rel]
 
 
 def _first_problem(folder: str, expected: list[str]) -> str | None:
-    for rel, _ in list_files(folder):
+    for rel, *_ in list_files(folder):
         problem = file_problem(os.path.join(folder, rel))
         if problem is not None:
             return problem.replace(os.path.basename(rel), rel, 1)
@@ -148,12 +201,15 @@ def _first_problem(folder: str, expected: list[str]) -> str | None:
     return None
 
 
-def inspect_checkpoint(folder: str, reference: dict | None = None) -> CheckpointStatus:
+def inspect_checkpoint(folder: str, reference: dict | None = None, verify_contents: bool = False
+                       ) -> CheckpointStatus:
     """Whether ``folder`` is a complete checkpoint (module docstring), and what is torn or missing if not.
 
     Args:
         folder: a checkpoint folder.
         reference: the record of a complete checkpoint of the same run (names the files a torn one lacks).
+        verify_contents: also compare each listed file's digest with the record's (reads every file: about
+            1.1 s per GB here, see docs/resuming.md); records written before digests are checked by size only.
     """
     if not os.path.isdir(folder):
         return CheckpointStatus(folder, False, f"{folder} is not a folder")
@@ -176,6 +232,13 @@ def inspect_checkpoint(folder: str, reference: dict | None = None) -> Checkpoint
         if os.path.getsize(path) != size:
             return CheckpointStatus(folder, False, f"{rel} is torn: {os.path.getsize(path)} bytes, written as {size}",
                                     record)
+    if verify_contents:
+        for rel, expected in (record.get("digests") or {}).items():
+            if file_digest(os.path.join(folder, rel), record.get("digest", DIGEST)) != expected:
+                problem = file_problem(os.path.join(folder, rel))  # a header that no longer parses says more
+                why = f"{problem}; " if problem else ""
+                return CheckpointStatus(folder, False, f"{why}{rel} does not match its {record.get('digest', DIGEST)} "
+                                        f"digest in {RECORD_NAME}: its contents changed after it was written", record)
     return CheckpointStatus(folder, True, None, record)
 
 
@@ -188,12 +251,20 @@ def checkpoint_folders(run_dir: str) -> list[str]:
     return [os.path.join(run_dir, name) for _, name in sorted(found, reverse=True)]
 
 
-def inspect_run(run_dir: str) -> list[CheckpointStatus]:
+def inspect_run(run_dir: str, verify_contents: bool = False) -> list[CheckpointStatus]:
     """:func:`inspect_checkpoint` of every checkpoint of ``run_dir``, newest first (the newest complete record names
-    the files the torn ones lack)."""
+    the files the torn ones lack). With ``verify_contents``, the contents of the complete ones are verified newest
+    first until one matches its digests (the one a resume takes; the older ones are checked by size only)."""
     statuses = [inspect_checkpoint(folder) for folder in checkpoint_folders(run_dir)]
     reference = next((s.record for s in statuses if s.complete and s.record), None)
-    return [s if s.complete or reference is None else inspect_checkpoint(s.path, reference) for s in statuses]
+    statuses = [s if s.complete or reference is None else inspect_checkpoint(s.path, reference) for s in statuses]
+    if verify_contents:
+        for i, status in enumerate(statuses):
+            if status.complete:
+                statuses[i] = inspect_checkpoint(status.path, verify_contents=True)
+                if statuses[i].complete:
+                    break
+    return statuses
 
 
 def checkpoint_step(folder: str) -> int | None:
@@ -219,7 +290,8 @@ def _jsonable(value):
 
 def run_record(trainer) -> dict:
     """What a checkpoint of ``trainer`` records besides its files: ``trainer`` (class path), ``components`` (name,
-    class path and options of each, in order) and ``geometry`` (:data:`GEOMETRY_FIELDS`)."""
+    class path and options of each, in order), ``geometry`` (:data:`GEOMETRY_FIELDS`) and ``optimizer``
+    (:func:`optimizer_settings`)."""
     components = []
     for component in trainer.components:
         options = component.options
@@ -230,7 +302,7 @@ def run_record(trainer) -> dict:
     geometry = {name: getattr(trainer.args, name, None) for name in GEOMETRY_FIELDS}
     geometry["num_iterations"] = trainer.num_iterations
     return {"trainer": f"{type(trainer).__module__}.{type(trainer).__qualname__}", "components": components,
-            "geometry": geometry}
+            "geometry": geometry, "optimizer": optimizer_settings(trainer.args)}
 
 
 def _options_differences(saved: list, current: list) -> list[str]:
@@ -270,3 +342,215 @@ def compare_run_records(saved: dict, current: dict) -> tuple[list[str], list[str
         if old is not None and new is not None and old != new:
             (refusals if inside else warnings).append(f"{key}={old} in the checkpoint, {new} now")
     return refusals, warnings
+
+
+# ---------------------------------------------------------------- the optimizer's and scheduler's settings
+KEPT_FROM_CHECKPOINT = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon")
+"""Settings a resume takes from the checkpoint whatever is given: Transformers restores the optimizer's parameter
+groups (learning rate, weight decay, betas, epsilon) and the scheduler's base learning rates from it."""
+USED_AS_GIVEN = ("lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps")
+"""Settings a resume takes from the arguments: the schedule's shape is a function built from them, which a checkpoint
+does not hold (it is applied from the resumed step on, to the checkpoint's base learning rate)."""
+
+
+def optimizer_settings(args) -> dict:
+    """``{name: value}`` of :data:`KEPT_FROM_CHECKPOINT` and :data:`USED_AS_GIVEN` in ``args`` (TrainingArguments),
+    JSON values (the schedule type by its name)."""
+    return {name: _jsonable(getattr(getattr(args, name, None), "value", getattr(args, name, None)))
+            for name in KEPT_FROM_CHECKPOINT + USED_AS_GIVEN}
+
+
+def compare_optimizer_settings(saved: dict, given: dict) -> list[str]:
+    """What a resume does with each optimizer or scheduler setting that differs between a checkpoint (``saved``,
+    its record's ``optimizer``) and the arguments (``given``, :func:`optimizer_settings`): one phrase each, naming
+    both values and the one used, in the order of :data:`KEPT_FROM_CHECKPOINT` then :data:`USED_AS_GIVEN`. Settings
+    one side lacks (records written before this) are not compared."""
+    out = []
+    for name in KEPT_FROM_CHECKPOINT + USED_AS_GIVEN:
+        if name not in saved or name not in given or saved[name] == given[name]:
+            continue
+        if name in KEPT_FROM_CHECKPOINT:
+            out.append(f"{name}={saved[name]!r} kept from the checkpoint ({given[name]!r} given)")
+        else:
+            out.append(f"{name}={given[name]!r} used as given (the checkpoint's was {saved[name]!r})")
+    return out
+
+
+# ---------------------------------------------------------------- what must not be saved or loaded
+def first_nonfinite(named_tensors) -> str | None:
+    """``"name: k of n values are NaN or infinite"`` for the first tensor of ``named_tensors`` (pairs of name and
+    tensor of any shape; non-floating tensors are skipped) that holds a NaN or an infinity, else None."""
+    import torch
+
+    for name, tensor in named_tensors:
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        finite = torch.isfinite(tensor.detach())
+        if not bool(finite.all()):
+            return f"{name}: {int((~finite).sum())} of {tensor.numel()} values are NaN or infinite"
+    return None
+
+
+def nonfinite_state(model, optimizer=None) -> str | None:
+    """Where ``model``'s parameters or ``optimizer``'s state (Adam's moments, ...) first hold a NaN or an infinity
+    (:func:`first_nonfinite`: "weight model.layers.0.mlp.up_proj.weight: ..." or "optimizer state exp_avg of
+    ...: ..."), else None. Sharded parameters (FSDP, ZeRO) are checked on the shard this process holds."""
+    params = list(model.named_parameters())
+    problem = first_nonfinite(params)
+    if problem is not None:
+        return f"weight {problem}"
+    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps torch's
+    states = getattr(inner, "state", None)
+    if not states:
+        return None
+    names = {id(p): name for name, p in params}
+    problem = first_nonfinite((f"{key} of {names.get(id(p), 'a parameter')}", value)
+                              for p, state in states.items() for key, value in state.items())
+    return None if problem is None else f"optimizer state {problem}"
+
+
+# ---------------------------------------------------------------- a save the disk refused
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (no space, no permission): the message names the folder, the file and the
+    free space."""
+
+
+_TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "unexpected pos")
+
+
+def _errno_of(err: BaseException) -> int | None:
+    if isinstance(err, OSError):
+        return err.errno
+    match = re.search(r"code: (\d+)", str(err))  # safetensors: "IoError(Os { code: 28, kind: StorageFull ... })"
+    return int(match.group(1)) if match else None
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """Whether ``err`` (raised while saving a checkpoint) is the disk refusing a write: an ``OSError``, torch's
+    zip writer failing (``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos``, what a full disk
+    looks like through ``torch.save``) or safetensors' ``IoError``."""
+    text = str(err)
+    torch_zip = isinstance(err, RuntimeError) and any(s in text for s in _TORCH_WRITE_FAILURES)
+    return isinstance(err, OSError) or torch_zip or (type(err).__name__ == "SafetensorError" and "IoError" in text)
+
+
+def _free_space(folder: str) -> str:
+    path = os.path.abspath(folder)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return "unknown free space"
+    return f"{free / 2**30:.2f} GiB free" if free >= 2**30 else f"{free / 2**20:.1f} MiB free"
+
+
+def describe_write_failure(folder: str, err: BaseException) -> str:
+    """One line for a checkpoint save that ``err`` stopped: the folder, the file being written (the error's file
+    name, else the newest file in the folder), why (no space, no permission, a read-only file system, or the error's
+    own words) and the free space of the disk.
+
+    Example: ``"cannot save checkpoint out/checkpoint-3: no space left on the device writing
+    out/checkpoint-3/optimizer.pt (12.0 MiB free); nothing was marked complete, a resume skips this checkpoint"``.
+    """
+    filename = getattr(err, "filename", None)
+    if filename is None and os.path.isdir(folder):
+        files = list_files(folder)
+        filename = os.path.join(folder, files[-1][0]) if files else None
+    code = _errno_of(err)
+    reasons = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+               errno.EACCES: "no permission to write", errno.EPERM: "no permission to write",
+               errno.EROFS: "the file system is read-only"}
+    if code in reasons:
+        why = reasons[code]
+    elif isinstance(err, RuntimeError):
+        why = f"torch could not write the file (a full disk reads so: {str(err).splitlines()[0][:120]})"
+    else:
+        why = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    where = f" writing {filename}" if filename else ""
+    return (f"cannot save checkpoint {folder}: {why}{where} ({_free_space(folder)}); nothing was marked complete, a "
+            "resume skips this checkpoint. Free space or give output_dir a writable disk, then resume")
+
+
+# ---------------------------------------------------------------- one writer per output folder
+LOCK_NAME = "_trl_explore.lock"
+"""The lock file in ``output_dir`` (a leading ``_``: Transformers' Hub upload of ``output_dir`` skips such names)."""
+
+
+class OutputDirInUse(RuntimeError):
+    """Another run holds ``output_dir``'s lock; the message names the folder and that run's process."""
+
+
+class OutputDirLock:
+    """One writer per output folder: an exclusive ``fcntl.flock`` on ``folder/LOCK_NAME``, held from
+    :meth:`acquire` to :meth:`release` (or the process's end: the kernel drops the lock of a killed process, so none
+    is left stale). The file holds the holder's pid, host, start time and command line, for the refusal's message.
+
+    A lock is per open file: a second lock in the same process on the same folder is refused too. Where ``fcntl``
+    does not exist (Windows) nothing is locked. On NFS, Linux maps ``flock`` to a lock the server keeps.
+
+    Args:
+        folder: the run's ``output_dir`` (created if missing).
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.path = os.path.join(folder, LOCK_NAME)
+        self._fd = None
+
+    def acquire(self) -> None:
+        """Take the lock.
+
+        Raises:
+            OutputDirInUse: another process holds it (names the folder and the holder's pid, host and command).
+        """
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            return
+        os.makedirs(self.folder, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                raise
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise OutputDirInUse(
+                f"output_dir {self.folder} is in use by another run ({holder}): two runs writing one folder overwrite "
+                "each other's checkpoints. Wait for it to end, stop it, or give this run another output_dir") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(_command_line())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock (the file stays: deleting it would let two later runs lock two different files)."""
+        if self._fd is not None:
+            import fcntl
+
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+def _command_line() -> list[str]:
+    import sys
+
+    return [os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:4]]
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode() or "null")
+        return (f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: "
+                f"{holder['command'][:100]}")
+    except (OSError, ValueError, TypeError, KeyError):
+        return "a process that has not written its pid yet"

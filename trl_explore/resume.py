@@ -30,12 +30,22 @@ from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from trl_explore.checkpoints import (
+    DIGEST,
     RECORD_NAME,
+    CheckpointWriteError,
+    OutputDirInUse,
+    OutputDirLock,
+    compare_optimizer_settings,
     compare_run_records,
     describe_torn,
+    describe_write_failure,
+    digest_files,
     inspect_checkpoint,
     inspect_run,
+    is_write_failure,
     list_files,
+    nonfinite_state,
+    optimizer_settings,
     run_record,
     write_record,
 )
@@ -222,26 +232,47 @@ class ResumableTrainerMixin:
         # "writing" before any process writes into it, and "complete", with its files, once every process has written
         # its own (trl_explore.checkpoints). Transformers' rotation of old checkpoints and its Hub push wait for the
         # record: before it, a kill would leave no complete checkpoint (save_total_limit=1) or upload a torn one.
+        # A NaN or infinite weight or optimizer state stops the run before anything is written; a write the disk
+        # refuses (space, permission) stops it with one line naming the folder, the file and the free space.
         run_dir = self._get_output_dir(trial=trial)
         folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        if self.args.should_save:
-            write_record(folder, {"status": "writing", "step": self.state.global_step})
-        self.accelerator.wait_for_everyone()  # nobody writes into a folder whose record still says complete
+        self._refuse_nonfinite_save(folder)
         limit, self.args.save_total_limit, self._deferred_pushes = self.args.save_total_limit, None, []
         try:
+            if self.args.should_save:
+                write_record(folder, {"status": "writing", "step": self.state.global_step})
+            self.accelerator.wait_for_everyone()  # nobody writes into a folder whose record still says complete
             super()._save_checkpoint(model, trial)
+        except Exception as err:
+            if is_write_failure(err):
+                raise CheckpointWriteError(describe_write_failure(folder, err)) from err
+            raise
         finally:
             self.args.save_total_limit, pushes, self._deferred_pushes = limit, self._deferred_pushes, None
         self.accelerator.wait_for_everyone()  # every process's files (RNG and generation state) are written
         if self.args.should_save:
             generate_every = self.args.steps_per_generation * self.num_iterations
+            files = list_files(folder)
             write_record(folder, {"status": "complete", "step": self.state.global_step,
                                   "inside_generation": bool(self._step % generate_every), **run_record(self),
-                                  "files": list_files(folder)})
+                                  "files": files, "digest": DIGEST, "digests": digest_files(folder, files)})
             rotate_checkpoints(output_dir=run_dir, save_total_limit=limit, use_mtime=True,
                                best_model_checkpoint=self.state.best_model_checkpoint)  # as Transformers rotates
         for pushed in pushes:
             super()._push_from_checkpoint(pushed)
+
+    def _refuse_nonfinite_save(self, folder: str) -> None:
+        """Raise ``FloatingPointError`` on every process when a process's weights or optimizer state hold a NaN or an
+        infinity (``checkpoints.nonfinite_state``): a checkpoint of them would be marked complete and resumed from."""
+        from accelerate.utils import gather_object
+
+        problem = next((p for p in gather_object([nonfinite_state(self.model, self.optimizer)]) if p), None)
+        if problem is not None:
+            newest = next((s.path for s in inspect_run(os.path.dirname(folder)) if s.complete), None)
+            raise FloatingPointError(
+                f"step {self.state.global_step}: {problem}; {folder} was not written (a resume would train on them). "
+                f"The newest complete checkpoint is {newest or 'none'}: lower the learning rate or look for the "
+                "step whose loss or gradient norm was not finite")
 
     def _push_from_checkpoint(self, checkpoint_folder):
         # Overrides Trainer._push_from_checkpoint: inside `_save_checkpoint` the push waits for the completion record.
@@ -254,10 +285,35 @@ class ResumableTrainerMixin:
         # Overrides Trainer.train, for its resume_from_checkpoint only: True takes the newest COMPLETE checkpoint
         # (Transformers' get_last_checkpoint takes the newest folder, torn or not), a named one must be complete, and
         # either is checked against this trainer's components and batch geometry.
-        if resume_from_checkpoint is not None and resume_from_checkpoint is not False:
-            resume_from_checkpoint = self._resumable_checkpoint(resume_from_checkpoint)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval)
+        # Also takes output_dir's lock for the run (checkpoints.OutputDirLock): a second run on the folder is refused.
+        lock = self._lock_output_dir()
+        try:
+            if resume_from_checkpoint is not None and resume_from_checkpoint is not False:
+                resume_from_checkpoint = self._resumable_checkpoint(resume_from_checkpoint)
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_output_dir(self) -> OutputDirLock | None:
+        """The main process locks ``output_dir``; every process raises ``OutputDirInUse`` when another run holds it
+        (the processes of one run do not refuse each other: only the main one locks)."""
+        from accelerate.utils import gather_object
+
+        lock, refusal = None, None
+        if self.accelerator.is_main_process:
+            lock = OutputDirLock(self.args.output_dir)
+            try:
+                lock.acquire()
+            except OutputDirInUse as err:
+                lock, refusal = None, str(err)
+        refusal = next((r for r in gather_object([refusal]) if r), None)
+        if refusal is not None:
+            if lock is not None:
+                lock.release()
+            raise OutputDirInUse(refusal)
+        return lock
 
     def _resumable_checkpoint(self, requested) -> str:
         """The checkpoint folder to resume from (every process agrees on it), checked (see :meth:`train`).
@@ -270,9 +326,10 @@ class ResumableTrainerMixin:
         from accelerate.utils import gather_object
 
         main = self.accelerator.is_main_process
+        verify = self.accelerator.is_local_main_process  # one process per machine reads the files for their digests
         if requested is True:
             run_dir = self.args.output_dir
-            statuses = inspect_run(run_dir)
+            statuses = inspect_run(run_dir, verify_contents=verify)
             complete = [s.path for s in statuses if s.complete]
             agreed = set.intersection(*(set(paths) for paths in gather_object([complete])))  # each process's view
             chosen = next((s for s in statuses if s.path in agreed), None)
@@ -289,9 +346,13 @@ class ResumableTrainerMixin:
             path = os.path.normpath(str(requested))
             statuses = inspect_run(os.path.dirname(path))
             chosen = next((s for s in statuses if s.path == path), None) or inspect_checkpoint(path)
+            if chosen.complete and verify:
+                chosen = inspect_checkpoint(path, verify_contents=True)
             problem = next((p for p in gather_object([chosen.problem]) if p), None)
             if problem is not None:
-                newest = next((s.path for s in statuses if s.complete), None)
+                others = [s for s in statuses if s.path != path]
+                newest = next((s.path for s in others if s.complete
+                               and (not verify or inspect_checkpoint(s.path, verify_contents=True).complete)), None)
                 hint = (f"the newest complete checkpoint is {newest}: resume from it (resume_from_checkpoint=True "
                         "takes it)" if newest else f"{os.path.dirname(path) or '.'} holds no complete checkpoint")
                 raise ValueError(f"cannot resume from {path}: {problem}; {hint}")
@@ -315,6 +376,10 @@ class ResumableTrainerMixin:
         if warnings and self.accelerator.is_main_process:
             logger.warning("resuming from %s with other settings than it was written with (the run continues, not as "
                            "the uninterrupted run would): %s", status.path, "; ".join(warnings))
+        changed = compare_optimizer_settings(status.record.get("optimizer") or {}, optimizer_settings(self.args))
+        if changed and self.accelerator.is_main_process:
+            logger.warning("resuming from %s with other optimizer or scheduler settings than it was written with: %s",
+                           status.path, "; ".join(changed))
 
     def _get_train_sampler(self, dataset=None):
         # Overrides GRPOTrainer._get_train_sampler: TRL's RepeatSampler, wrapped so that epoch e has the uninterrupted
@@ -328,6 +393,10 @@ class ResumableTrainerMixin:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        problem = nonfinite_state(self.model, self.optimizer)  # weights were loaded before, by Trainer.train
+        if problem is not None:
+            raise FloatingPointError(f"cannot resume from {checkpoint}: its {problem}; training on them gives NaN. "
+                                     "Resume from an earlier checkpoint")
         for component in self.components:
             component.load(checkpoint)
         state = load_generation_state(checkpoint, self.args.process_index, self.accelerator.device)

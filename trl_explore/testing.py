@@ -9,7 +9,8 @@
   :func:`tiny_ase_args` and :func:`tiny_oger_ase_args`: the same for ``OGERConfig``, ``ASEConfig`` and
   ``OGERASEConfig``, with each method's parts on a tiny scale;
 * :func:`run_two_cpu_processes`: a script in two CPU processes (gloo), as ``torchrun`` starts them;
-  :func:`run_in_session`: a command killed whole (its children too) when it outlives its timeout.
+  :func:`run_in_session`: a command killed whole (every process it started, in any session) when it outlives its
+  timeout (:func:`kill_process_tree`).
 
 ``tests/test_third_method.py`` shows them at work on a component written outside the package.
 """
@@ -135,19 +136,87 @@ def tiny_oger_ase_args(output_dir, **overrides) -> dict:
                                         **overrides})
 
 
+def _children_map() -> dict[int, list[int]]:
+    """``{parent pid: [child pids]}`` of every process, from ``/proc`` (empty where there is none: macOS)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return children
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:  # ended meanwhile
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state; the name may hold spaces
+        children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it (children, grandchildren, ...), whatever session each is in."""
+    children, tree, todo = _children_map(), [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def kill_process_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid``, every process descended from it, and the process group of each (which holds the ones a
+    descendant started and that have since been handed to init). torchrun starts each worker in a session of its own,
+    so killing torchrun's session alone leaves the workers running. The tree is frozen first (SIGSTOP, until no new
+    process appears), so no process forks past the kill. Returns the pids found.
+    """
+    found: list[int] = []
+    for _ in range(10):
+        new = [p for p in process_tree(pid) if p not in found]
+        if not new:
+            break
+        for p in new:
+            _signal(p, signal.SIGSTOP)
+        found.extend(new)
+    own_group = os.getpgrp()
+    groups = set()
+    for p in found:
+        try:
+            groups.add(os.getpgid(p))
+        except OSError:
+            pass
+    for group in groups - {own_group}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    for p in found:
+        _signal(p, signal.SIGKILL)
+    return found
+
+
+def _signal(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:  # ended meanwhile
+        pass
+
+
 def run_in_session(cmd, env=None, timeout: int = 900) -> subprocess.CompletedProcess:
     """Run ``cmd`` in a session of its own; return the finished ``CompletedProcess`` (output as text).
 
     Raises:
-        subprocess.TimeoutExpired: after ``timeout`` seconds, once the whole session (e.g. torchrun and the workers
-            it started, which a kill of torchrun alone leaves running) was killed with SIGKILL.
+        subprocess.TimeoutExpired: after ``timeout`` seconds, once ``cmd`` and every process descended from it were
+            killed with SIGKILL (:func:`kill_process_tree`: torchrun's workers too, each in a session of its own).
     """
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the session's id is the child's pid
+        kill_process_tree(process.pid)
         process.communicate()
         raise
     return subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)

@@ -39,8 +39,8 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
             checked here (:func:`teacher_completion` checks the ids).
 
     Returns:
-        ``texts`` (list of str), ``teachers`` (list of str; ``"offline"`` when the column is absent) and the
-        stored embeddings or None.
+        ``texts`` (list of str), ``teachers`` (list of str; ``"offline"`` when the column is absent or a name is
+        None, e.g. a Dataset column of strings with a missing value) and the stored embeddings or None.
 
     Raises:
         ValueError: a column is missing, is not a list, holds a non-string or an empty (or whitespace) trajectory, or
@@ -72,7 +72,7 @@ def offline_trajectories(row: dict, args: OGEROptions, row_name: str = "a datase
             f"{row_name} has {len(texts)} offline trajectories but {teachers_col!r} is {teachers!r:.80}: "
             f"expected a list of {len(texts)} teacher names"
         )
-    return list(texts), [str(t) for t in teachers], row.get(args.offline_embeddings_column)
+    return list(texts), ["offline" if t is None else str(t) for t in teachers], row.get(args.offline_embeddings_column)
 
 
 def check_prompt(row: dict, row_name: str) -> None:
