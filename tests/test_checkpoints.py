@@ -306,16 +306,16 @@ def test_describe_write_failure_names_folder_file_and_free_space(tmp_path):
     (folder / "model.safetensors").write_bytes(b"x")
     full = OSError(errno.ENOSPC, "No space left on device", str(folder / "optimizer.pt"))
     line = describe_write_failure(str(folder), full)
-    assert line.startswith(f"cannot save checkpoint {folder}: no space left on the device writing "
-                           f"{folder / 'optimizer.pt'} (")
+    assert line.startswith(f"cannot save checkpoint {folder}: writing {folder / 'optimizer.pt'} failed: no space left "
+                           "on the device (")
     assert " free); nothing was marked complete" in line and "\n" not in line
     torn = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 5120 vs 5012")
     (folder / "optimizer.pt").write_bytes(b"PK")  # the newest file: the one torch was writing
     assert describe_write_failure(str(folder), torn).startswith(
-        f"cannot save checkpoint {folder}: torch could not write the file (a full disk reads so: [enforce fail at "
-        f"inline_container.cc:672] . unexpected pos 5120 vs 5012) writing {folder / 'optimizer.pt'} (")
+        f"cannot save checkpoint {folder}: writing {folder / 'optimizer.pt'} failed: torch could not write it, as on "
+        "a full disk ([enforce fail at inline_container.cc:672] . unexpected pos 5120 vs 5012) (")
     denied = PermissionError(errno.EACCES, "Permission denied", str(folder))
-    assert f"no permission to write writing {folder} (" in describe_write_failure(str(folder), denied)
+    assert f": writing {folder} failed: permission denied (" in describe_write_failure(str(folder), denied)
 
 
 _HOLD = textwrap.dedent("""
@@ -371,7 +371,7 @@ def _saving_trainer(tmp_path, tokenizer, **overrides):
 
 
 def _save(trainer, step):
-    trainer.state.global_step = step
+    trainer.state.global_step, trainer.state.train_batch_size = step, trainer.args.per_device_train_batch_size
     trainer._save_checkpoint(trainer.model, None)
     return Path(trainer.args.output_dir) / f"checkpoint-{step}"
 
@@ -431,9 +431,8 @@ def test_a_checkpoint_holding_nonfinite_values_stops_the_resume(tmp_path, smollm
 @contextlib.contextmanager
 def _read_only(folder: Path):
     """``folder`` read-only: its mode 0o555, and, when this runs as root (which ignores modes), an effective user
-    without rights on it for the block."""
+    without rights on it for the block (its parent must let any user through: pytest's base folder does not)."""
     folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder.parent, 0o755)
     os.chmod(folder, 0o555)
     root = os.geteuid() == 0
     try:
@@ -446,13 +445,25 @@ def _read_only(folder: Path):
         os.chmod(folder, 0o755)
 
 
-def test_a_save_into_a_read_only_or_full_folder_says_so_in_one_line(tmp_path, smollm2_tokenizer, monkeypatch):
-    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
-    run = tmp_path / "run"
+@pytest.fixture
+def open_tmp_path():
+    """A temporary folder any user may pass through (mode 0o755), removed after the test."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="trl_explore_test_"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_save_into_a_read_only_or_full_folder_says_so_in_one_line(open_tmp_path, smollm2_tokenizer, monkeypatch):
+    trainer = _saving_trainer(open_tmp_path, smollm2_tokenizer)
+    run = open_tmp_path / "run"
     with _read_only(run), pytest.raises(CheckpointWriteError) as err:
         _save(trainer, 1)
-    assert str(err.value).startswith(f"cannot save checkpoint {run / 'checkpoint-1'}: no permission to write "
-                                     f"writing {run / 'checkpoint-1'} (")
+    assert str(err.value).startswith(f"cannot save checkpoint {run / 'checkpoint-1'}: writing {run / 'checkpoint-1'} "
+                                     "failed: permission denied (")
     assert not (run / "checkpoint-1").exists()
 
     def full(obj, f, *args, **kwargs):  # the disk fills while torch writes the optimizer state
@@ -465,8 +476,8 @@ def test_a_save_into_a_read_only_or_full_folder_says_so_in_one_line(tmp_path, sm
     with pytest.raises(CheckpointWriteError) as err:
         _save(trainer, 2)
     line = str(err.value)
-    assert line.startswith(f"cannot save checkpoint {run / 'checkpoint-2'}: no space left on the device writing "
-                           f"{run / 'checkpoint-2' / 'optimizer.pt'} (")
+    assert line.startswith(f"cannot save checkpoint {run / 'checkpoint-2'}: writing "
+                           f"{run / 'checkpoint-2' / 'optimizer.pt'} failed: no space left on the device (")
     assert "free); nothing was marked complete" in line
     status = inspect_checkpoint(str(run / "checkpoint-2"))
     assert not status.complete and status.problem.endswith(f"{RECORD_NAME} says 'writing'")

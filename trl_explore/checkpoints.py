@@ -450,8 +450,8 @@ def describe_write_failure(folder: str, err: BaseException) -> str:
     name, else the newest file in the folder), why (no space, no permission, a read-only file system, or the error's
     own words) and the free space of the disk.
 
-    Example: ``"cannot save checkpoint out/checkpoint-3: no space left on the device writing
-    out/checkpoint-3/optimizer.pt (12.0 MiB free); nothing was marked complete, a resume skips this checkpoint"``.
+    Example: ``"cannot save checkpoint out/checkpoint-3: writing out/checkpoint-3/optimizer.pt failed: no space left
+    on the device (12.0 MiB free); nothing was marked complete, ..."``.
     """
     filename = getattr(err, "filename", None)
     if filename is None and os.path.isdir(folder):
@@ -459,17 +459,17 @@ def describe_write_failure(folder: str, err: BaseException) -> str:
         filename = os.path.join(folder, files[-1][0]) if files else None
     code = _errno_of(err)
     reasons = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
-               errno.EACCES: "no permission to write", errno.EPERM: "no permission to write",
+               errno.EACCES: "permission denied", errno.EPERM: "permission denied",
                errno.EROFS: "the file system is read-only"}
     if code in reasons:
         why = reasons[code]
     elif isinstance(err, RuntimeError):
-        why = f"torch could not write the file (a full disk reads so: {str(err).splitlines()[0][:120]})"
+        why = f"torch could not write it, as on a full disk ({str(err).splitlines()[0][:120]})"
     else:
         why = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
-    where = f" writing {filename}" if filename else ""
-    return (f"cannot save checkpoint {folder}: {why}{where} ({_free_space(folder)}); nothing was marked complete, a "
-            "resume skips this checkpoint. Free space or give output_dir a writable disk, then resume")
+    where = f"writing {filename} failed" if filename else "writing failed"
+    return (f"cannot save checkpoint {folder}: {where}: {why} ({_free_space(folder)}); nothing was marked complete, "
+            "a resume skips this checkpoint. Free space or give output_dir a writable disk, then resume")
 
 
 # ---------------------------------------------------------------- one writer per output folder
