@@ -128,9 +128,15 @@ def file_digest(path: str, algorithm: str = DIGEST) -> str:
     return digest.hexdigest()
 
 
-def digest_files(folder: str, files: list[list]) -> dict[str, str]:
-    """``{relative path: hex digest}`` of ``files`` (:func:`list_files`' rows) under ``folder``."""
-    return {rel: file_digest(os.path.join(folder, rel)) for rel, *_ in files}
+def digest_files(folder: str, files, algorithm: str = DIGEST) -> dict[str, str]:
+    """``{relative path: hex digest}`` of ``files`` (:func:`list_files`' rows, or relative paths) under ``folder``,
+    several files at a time (one thread per CPU, at most 8: the weights and the optimizer state hash side by side)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f if isinstance(f, str) else f[0] for f in files]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(names)))) as pool:
+        digests = pool.map(lambda rel: file_digest(os.path.join(folder, rel), algorithm), names)
+        return dict(zip(names, digests))
 
 
 def _safetensors_header_problem(name: str, header: dict) -> str | None:
@@ -233,8 +239,10 @@ def inspect_checkpoint(folder: str, reference: dict | None = None, verify_conten
             return CheckpointStatus(folder, False, f"{rel} is torn: {os.path.getsize(path)} bytes, written as {size}",
                                     record)
     if verify_contents:
-        for rel, expected in (record.get("digests") or {}).items():
-            if file_digest(os.path.join(folder, rel), record.get("digest", DIGEST)) != expected:
+        expected_digests = record.get("digests") or {}
+        found = digest_files(folder, list(expected_digests), record.get("digest", DIGEST))
+        for rel, expected in expected_digests.items():
+            if found[rel] != expected:
                 problem = file_problem(os.path.join(folder, rel))  # a header that no longer parses says more
                 why = f"{problem}; " if problem else ""
                 return CheckpointStatus(folder, False, f"{why}{rel} does not match its {record.get('digest', DIGEST)} "
@@ -385,7 +393,12 @@ def first_nonfinite(named_tensors) -> str | None:
     for name, tensor in named_tensors:
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.numel() == 0:
             continue
-        finite = torch.isfinite(tensor.detach())
+        tensor = tensor.detach()
+        # a sum holds a NaN or an infinity whenever a value does (and rarely when finite values overflow it): the
+        # exact count only then. The sum is ~15x faster than isfinite().all() on a CPU (benchmarks/checkpoint_digest)
+        if bool(torch.isfinite(tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32))):
+            continue
+        finite = torch.isfinite(tensor)
         if not bool(finite.all()):
             return f"{name}: {int((~finite).sum())} of {tensor.numel()} values are NaN or infinite"
     return None
