@@ -496,20 +496,21 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_start(tmp_path, smollm2_t
 
 @pytest.mark.slow
 def test_a_changed_learning_rate_on_resume_is_named_with_the_value_kept(tmp_path, smollm2_tokenizer, caplog):
-    first = _saving_trainer(tmp_path, smollm2_tokenizer, max_steps=1)
+    first = _saving_trainer(tmp_path, smollm2_tokenizer, max_steps=1, lr_scheduler_type="constant")
     first.train()
-    resumed = _saving_trainer(tmp_path, smollm2_tokenizer, learning_rate=1e-2, weight_decay=0.1,
-                              lr_scheduler_type="constant")
+    resumed = _saving_trainer(tmp_path, smollm2_tokenizer, learning_rate=1e-2, weight_decay=0.1)  # linear, 2 steps
     with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
         resumed.train(resume_from_checkpoint=True)
     lines = [r.getMessage() for r in caplog.records if "optimizer or scheduler settings" in r.getMessage()]
     assert lines == [f"resuming from {tmp_path / 'run' / 'checkpoint-1'} with other optimizer or scheduler settings "
                      "than it was written with: learning_rate=0.001 kept from the checkpoint (0.01 given); "
-                     "weight_decay=0.0 kept from the checkpoint (0.1 given); lr_scheduler_type='constant' used as "
-                     "given (the checkpoint's was 'linear')"]
-    # what the line says is what the resumed optimizer did: the checkpoint's rate on the constant schedule
-    assert [e["learning_rate"] for e in resumed.state.log_history if "learning_rate" in e] == [1e-3]
+                     "weight_decay=0.0 kept from the checkpoint (0.1 given); lr_scheduler_type='linear' used as "
+                     "given (the checkpoint's was 'constant')"]
+    # what the line says is what the resumed optimizer did: step 2 ran at the checkpoint's rate and weight decay, and
+    # the given linear schedule then took the checkpoint's base rate to 0 at the last step (constant would keep 1e-3)
+    assert [e["learning_rate"] for e in resumed.state.log_history if "learning_rate" in e] == [1e-3, 1e-3]
     assert {g["weight_decay"] for g in resumed.optimizer.param_groups} == {0.0}
+    assert set(resumed.lr_scheduler.base_lrs) == {1e-3} and set(resumed.lr_scheduler.get_last_lr()) == {0.0}
 
 
 # ---------------------------------------------------------------- the test helpers end every process of a run
