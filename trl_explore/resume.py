@@ -12,8 +12,10 @@ epoch. :class:`~trl_explore.driver.ExplorationTrainer` uses the two parts below 
   generator (the uninterrupted run's order) whichever epoch the run starts in.
 
 Every checkpoint gets a completion record, written once every process has written its files
-(:mod:`trl_explore.checkpoints`): ``resume_from_checkpoint=True`` takes the newest complete checkpoint, a named torn
-one is refused, and a resume with other components or another batch geometry inside a generation is refused.
+(:mod:`trl_explore.checkpoints`): ``resume_from_checkpoint=True`` takes the newest complete checkpoint whose files
+match their digests, a named torn one is refused, and a resume with other components or another batch geometry
+inside a generation is refused. A run holds a lock on its ``output_dir``; NaN or infinite weights or optimizer state
+are neither saved nor resumed from; a save the disk refuses is named in one line.
 """
 
 from __future__ import annotations
