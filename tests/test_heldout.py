@@ -113,10 +113,9 @@ def test_table_shows_before_after_and_the_interval():
     assert "greedy accuracy" in text and "pairwise answer disagreement" in text
     alone = heldout_table(before)
     assert len(alone) == len(lines) and "+" not in alone[2]
-    assert lines[0].startswith("held-out ladder test split, training format (the training prompt: chat, one worked "
-                               "example): 2 problems")
+    assert lines[0].startswith("held-out ladder test split, training format (chat, one worked example): 2 problems")
     neutral = [_result([[0, 1], [0, 1]], [["1", "2"], ["1", "1"]], prompt_format=p) for p in ("neutral",) * 2]
-    assert "neutral format (no worked example, the question rephrased" in heldout_table(*neutral)[0]
+    assert "neutral format (no worked example, rephrased):" in heldout_table(*neutral)[0]
     with pytest.raises(ValueError, match="one prompt format before and after; got 'training' and 'neutral'"):
         heldout_table(before, neutral[1])
 

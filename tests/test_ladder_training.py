@@ -71,7 +71,7 @@ def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, make_t
     assert "[t] held-out evaluation before training" in printed
     assert "[t] held-out evaluation before and after training" in printed
     assert "[t] mean@2 (sampled accuracy)" in printed and "[95% paired bootstrap interval]" in printed
-    assert "neutral format" not in printed and printed.count("training format (the training prompt") == 2
+    assert "neutral format" not in printed and printed.count("training format (chat, one worked example)") == 2
     saved = json.loads((out / "heldout_eval.json").read_text())
     assert set(saved) == {"before", "after"} and saved["after"]["summary"]["num_problems"] == 3
     assert saved["before"]["summary"]["levels"] == ["one_digit"]  # the training levels by default
@@ -102,8 +102,8 @@ def test_main_job_prints_and_saves_both_prompt_formats_with_the_tiny_policy(tmp_
     printed = capsys.readouterr().out
     before, after = printed.split("[t] held-out evaluation before and after training")
     for text in (before, after):  # one table per format before training, and one after it
-        assert text.count("training format (the training prompt: chat, one worked example)") == 1
-        assert text.count("neutral format (no worked example, the question rephrased") == 1
+        assert text.count("training format (chat, one worked example)") == 1
+        assert text.count("neutral format (no worked example, rephrased):") == 1
     assert after.count("[95% paired bootstrap interval]") == 2 and after.count("mean@2 (sampled accuracy)") == 2
     assert "[t] mean@2 change, training format " in after and "; neutral format " in after
     saved = json.loads((out / "heldout_eval.json").read_text())

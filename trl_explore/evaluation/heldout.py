@@ -46,9 +46,8 @@ from trl_explore.evaluation.metrics import (
 logger = logging.getLogger(__name__)
 
 HELDOUT_PROMPT_FORMATS: dict[str, str] = {
-    "training": "training format (the training prompt: chat, one worked example)",
-    "neutral": "neutral format (no worked example, the question rephrased: 'Compute 3 + 4. Put the final answer in "
-               "\\boxed{}.')",
+    "training": "training format (chat, one worked example)",
+    "neutral": "neutral format (no worked example, rephrased)",
 }
 """The held-out evaluation's prompt formats and how its table names them: ``"training"``, the rows' own prompt;
 ``"neutral"``, the ladder's ``"neutral"`` prompt format (:func:`trl_explore.data.ladder.ladder_prompt`; the ladder
