@@ -101,7 +101,8 @@ def eval_options(settings: dict):
                                 eval_problems=settings["eval_problems"], eval_samples=settings["eval_samples"],
                                 eval_temperature=settings["eval_temperature"], eval_seed=settings["eval_seed"],
                                 eval_max_new_tokens=settings["eval_max_new_tokens"],
-                                eval_batch_size=settings["eval_batch_size"])
+                                eval_batch_size=settings["eval_batch_size"],
+                                eval_neutral_format=False)  # the study records the training format only
 
 
 def start_eval(out: pathlib.Path, settings: dict) -> dict:

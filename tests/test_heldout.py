@@ -11,17 +11,19 @@ from trl_explore.evaluation.heldout import (
     HeldoutResult,
     compare_heldout,
     evaluate_heldout,
+    format_change_line,
     heldout_problems,
     heldout_table,
     save_heldout,
 )
 
 
-def _result(correct, answers, greedy=None, ids=None):
+def _result(correct, answers, greedy=None, ids=None, prompt_format="training"):
     ids = ids or tuple(f"ladder:one_digit:{i}" for i in range(len(correct)))
     return HeldoutResult("ladder", "test", ("one_digit",), tuple(ids), 1.0, tuple(map(tuple, correct)),
                          tuple(map(tuple, answers)), None if greedy is None else tuple(greedy),
-                         None if greedy is None else tuple("0" for _ in greedy), 12.0, 0.0, 1.0)
+                         None if greedy is None else tuple("0" for _ in greedy), 12.0, 0.0, 1.0,
+                         prompt_format=prompt_format)
 
 
 def test_ladder_is_a_registered_embedded_benchmark_on_its_test_split():
@@ -45,6 +47,25 @@ def test_heldout_problems_takes_the_first_rows_and_refuses_too_many():
     assert len(rows) == 5 and all(pid.startswith("ladder:word:") for pid in rows["problem_id"])
     with pytest.raises(ValueError, match="holds 64 problems.*ask for at most 64"):
         heldout_problems("ladder", "test", ["word"], 65)
+
+
+def test_heldout_problems_in_the_neutral_format_are_the_same_problems_asked_otherwise():
+    training = heldout_problems("ladder", "test", ["one_digit", "two_digit"], 4)
+    neutral = heldout_problems("ladder", "test", ["one_digit", "two_digit"], 4, prompt_format="neutral")
+    assert neutral["problem_id"] == training["problem_id"] and neutral["answer"] == training["answer"]
+    assert training["problem_id"] == ["ladder:one_digit:4-3", "ladder:two_digit:51-39", "ladder:two_digit:22+44",
+                                      "ladder:one_digit:25/5"]
+    assert neutral["problem"] == ["Compute 4 - 3. Put the final answer in \\boxed{}.",
+                                  "Compute 51 - 39. Put the final answer in \\boxed{}.",
+                                  "Compute 22 + 44. Put the final answer in \\boxed{}.",
+                                  "Compute 25 ÷ 5. Put the final answer in \\boxed{}."]
+    assert neutral["prompt"][0] == [{"role": "user", "content": neutral["problem"][0]}]
+    assert training["problem"][0] == "What is 4 - 3? Solve the problem. Give the final answer in \\boxed{}."
+    assert [m["role"] for m in training["prompt"][0]] == ["user", "assistant", "user"]  # the worked example first
+    with pytest.raises(ValueError, match="neutral prompt format is the ladder's"):
+        heldout_problems("champ", "test", None, 2, prompt_format="neutral")
+    with pytest.raises(ValueError, match="unknown held-out prompt_format 'plain'"):
+        heldout_problems("ladder", "test", None, 2, prompt_format="plain")
 
 
 def test_result_aggregates_on_hand_values():
@@ -92,6 +113,34 @@ def test_table_shows_before_after_and_the_interval():
     assert "greedy accuracy" in text and "pairwise answer disagreement" in text
     alone = heldout_table(before)
     assert len(alone) == len(lines) and "+" not in alone[2]
+    assert lines[0].startswith("held-out ladder test split, training format (chat, one worked example): 2 problems")
+    neutral = [_result([[0, 1], [0, 1]], [["1", "2"], ["1", "1"]], prompt_format=p) for p in ("neutral",) * 2]
+    assert "neutral format (no worked example, rephrased):" in heldout_table(*neutral)[0]
+    with pytest.raises(ValueError, match="one prompt format before and after; got 'training' and 'neutral'"):
+        heldout_table(before, neutral[1])
+
+
+def test_format_change_line_reads_each_interval():
+    line = format_change_line((0.113, 0.062, 0.168), (0.036, -0.01, 0.08), 4)
+    assert line == ("mean@4 change, training format +0.113 [+0.062, +0.168] (interval clear of 0); neutral format "
+                    "+0.036 [-0.010, +0.080] (interval includes 0)")
+    assert format_change_line((-0.1, -0.2, -0.05), (0.0, 0.0, 0.0), 2).count("interval clear of 0") == 1
+
+
+def test_save_heldout_puts_each_labels_neutral_evaluation_under_it(tmp_path):
+    before = _result([[0, 0], [0, 1]], [["1", "2"], ["1", "1"]])
+    after = _result([[1, 1], [0, 1]], [["1", "1"], ["1", "1"]])
+    n_before = _result([[0, 0], [0, 0]], [["5", "2"], [None, "1"]], prompt_format="neutral")
+    save_heldout(tmp_path, {"before": before, "after": after}, {"before": n_before})
+    saved = json.loads((tmp_path / "heldout_eval.json").read_text())
+    assert set(saved) == {"before", "after"} and set(saved["before"]) == {"summary", "result", "neutral"}
+    assert set(saved["after"]) == {"summary", "result"}  # no neutral evaluation of "after" given
+    assert saved["before"]["summary"]["prompt_format"] == "training"
+    assert saved["before"]["neutral"]["summary"]["prompt_format"] == "neutral"
+    assert saved["before"]["neutral"]["summary"]["mean"] == 0.0 and saved["after"]["summary"]["mean"] == 0.75
+    assert HeldoutResult.from_dict(saved["before"]["neutral"]["result"]) == n_before
+    old = {k: v for k, v in before.to_dict().items() if k != "prompt_format"}  # a file written before the field
+    assert HeldoutResult.from_dict(old).prompt_format == "training"
 
 
 def test_options_are_checked():
@@ -154,8 +203,9 @@ def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model
                                     accelerator=Accelerator(cpu=True), max_completion_length=4,
                                     args=types.SimpleNamespace(grader_mode="math_verify"))
     options = HeldoutEvalArguments(eval_heldout=True, eval_split="validation", eval_problems=2, eval_samples=2,
-                                   eval_batch_size=4)
+                                   eval_batch_size=4, eval_neutral_format=False)
     evaluator = HeldoutEvaluator(trainer, options, levels=["one_digit"])
+    assert evaluator.formats == ("training",)
     first = evaluator("before")
     assert not first.cached and first.levels == ("one_digit",) and first.num_problems == 2
     assert len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 1
@@ -168,3 +218,47 @@ def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model
     changed = evaluator("after")
     assert not changed.cached and len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 2
     assert set(evaluator.results) == {"before", "again", "after"}
+    assert len(evaluator.change_tables()) == len(heldout_table(first, changed))  # one table, no format line
+
+
+def test_evaluator_asks_both_formats_and_prints_a_table_for_each(tiny_model, smollm2_tokenizer, tmp_path,
+                                                                 monkeypatch):
+    """With eval_neutral_format (the default) every evaluation is made in both prompt formats on the same problems:
+    two tables, then the line that sets the two mean@k changes side by side; on CHAMP only the training format."""
+    import types
+
+    import torch
+    from accelerate import Accelerator
+
+    from trl_explore.evaluation.heldout import HeldoutEvaluator
+
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    trainer = types.SimpleNamespace(model=tiny_model, processing_class=smollm2_tokenizer,
+                                    accelerator=Accelerator(cpu=True), max_completion_length=4,
+                                    args=types.SimpleNamespace(grader_mode="math_verify"))
+    options = HeldoutEvalArguments(eval_heldout=True, eval_split="validation", eval_problems=2, eval_samples=2,
+                                   eval_batch_size=4)
+    assert options.eval_neutral_format  # on by default
+    evaluator = HeldoutEvaluator(trainer, options, levels=["one_digit"])
+    assert evaluator.formats == ("training", "neutral")
+    before = evaluator("before")
+    assert before is evaluator.results["before"] is evaluator.by_format["training"]["before"]
+    neutral = evaluator.by_format["neutral"]["before"]
+    assert neutral.prompt_format == "neutral" and before.prompt_format == "training"
+    assert neutral.problem_ids == before.problem_ids and not neutral.cached
+    assert len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 2  # one cache entry per format
+    with torch.no_grad():
+        next(tiny_model.parameters()).add_(1.0)
+    evaluator("after")
+    assert set(evaluator.by_format["neutral"]) == {"before", "after"}
+    lines = evaluator.before_tables()
+    assert len(lines) == 2 * len(heldout_table(before))
+    assert "training format" in lines[0] and "neutral format" in lines[len(lines) // 2]
+    tables = evaluator.change_tables()
+    after_t, after_n = evaluator.results["after"], evaluator.by_format["neutral"]["after"]
+    assert tables[:-1] == [*heldout_table(before, after_t, compare_heldout(before, after_t)),
+                           *heldout_table(neutral, after_n, compare_heldout(neutral, after_n))]
+    assert tables[-1] == format_change_line(compare_heldout(before, after_t)["mean"],
+                                            compare_heldout(neutral, after_n)["mean"], 2)
+    champ = HeldoutEvaluator(trainer, HeldoutEvalArguments(eval_heldout=True, eval_benchmark="champ"))
+    assert champ.formats == ("training",)

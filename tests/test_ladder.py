@@ -18,11 +18,15 @@ from trl_explore.data.ladder import (
     INSTRUCTION,
     LADDER_COLUMNS,
     LEVELS,
+    NEUTRAL_INSTRUCTION,
     SPLITS,
+    LadderProblem,
     ladder_dataset,
     ladder_features,
     ladder_problems,
+    ladder_prompt,
 )
+from trl_explore.data.ladder_problems import WordSurface
 from trl_explore.data.ladder_teachers import MAX_SOLUTION_TOKENS, TEACHER_STYLES, solution
 from trl_explore.data.loading import load_split
 
@@ -267,6 +271,32 @@ def test_other_prompt_formats(prompt_format, roles):
     question = text.rsplit("Problem: ", 1)[1]
     assert row["prompt"][-1]["content"].endswith(question) and "=" not in question
     assert sorted(_numbers(question)) == sorted(_numbers(_canonical(row["problem_id"])[1]))
+
+
+@pytest.mark.parametrize("problem, text", [
+    (LadderProblem("one_digit", (3, 4), ("+",)), "Compute 3 + 4. Put the final answer in \\boxed{}."),
+    (LadderProblem("one_digit", (56, 8), ("/",)), "Compute 56 ÷ 8. Put the final answer in \\boxed{}."),
+    (LadderProblem("one_digit", (6, 7), ("*",)), "Compute 6 × 7. Put the final answer in \\boxed{}."),
+    (LadderProblem("two_digit", (81, 27), ("-",)), "Compute 81 - 27. Put the final answer in \\boxed{}."),
+    (LadderProblem("one_digit_two_ops", (5, 3, 4), ("+", "-")),
+     "Compute 5 + 3 - 4. Put the final answer in \\boxed{}."),
+    (LadderProblem("word", (12, 5), ("+",), WordSurface(1, "Mia", "She", "shells")),
+     "There are 12 shells in a box. Mia puts 5 more shells in the box. How many shells are in the box now? Put the "
+     "final answer in \\boxed{}."),
+])
+def test_neutral_prompt_is_one_user_turn_without_the_example_or_the_training_wording(problem, text):
+    assert ladder_prompt(problem, "neutral") == [{"role": "user", "content": text}]
+    training = "\n".join(m["content"] for m in ladder_prompt(problem, "chat_example"))
+    assert INSTRUCTION in training and INSTRUCTION not in text and "What is" not in text
+    assert text.endswith(NEUTRAL_INSTRUCTION) and LEVELS[problem.level].example.question not in text
+
+
+def test_neutral_format_keeps_the_rows_their_order_and_answers():
+    training = ladder_dataset(levels=["one_digit", "word"], prompt_format="chat_example")["test"]
+    neutral = ladder_dataset(levels=["one_digit", "word"], prompt_format="neutral")["test"]
+    for column in ("problem_id", "answer", "offline_completions", "level"):
+        assert neutral[column] == training[column]
+    assert neutral["prompt"] != training["prompt"] and all(len(p) == 1 for p in neutral["prompt"])
 
 
 def test_word_problems_use_every_template_and_operator(ladder):

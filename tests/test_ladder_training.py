@@ -49,7 +49,8 @@ def test_each_preset_trainer_takes_two_steps_on_ladder_rows(preset, tmp_path, ma
 def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, make_tiny_lm, smollm2_tokenizer, capsys,
                                                               monkeypatch):
     """examples/train_oger.py's run_training on a saved tiny model: the held-out table is printed before training and
-    with the summary after it, and heldout_eval.json is written."""
+    with the summary after it, and heldout_eval.json is written; with --eval_neutral_format false, in the training
+    format only."""
     import json
 
     from trl_explore import OGERConfig, OGERTrainer
@@ -64,12 +65,52 @@ def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, make_t
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "24",
             "--ladder_levels", "one_digit", "--max_train_samples", "4", "--use_cpu", "true", "--log_completions",
             "false", "--eval_problems", "3", "--eval_samples", "2", "--eval_split", "validation",
-            "--eval_max_new_tokens", "4", "--save_only_model", "true"]
+            "--eval_max_new_tokens", "4", "--save_only_model", "true", "--eval_neutral_format", "false"]
     run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t", argv=argv)
     printed = capsys.readouterr().out
     assert "[t] held-out evaluation before training" in printed
     assert "[t] held-out evaluation before and after training" in printed
     assert "[t] mean@2 (sampled accuracy)" in printed and "[95% paired bootstrap interval]" in printed
+    assert "neutral format" not in printed and printed.count("training format (chat, one worked example)") == 2
     saved = json.loads((out / "heldout_eval.json").read_text())
     assert set(saved) == {"before", "after"} and saved["after"]["summary"]["num_problems"] == 3
     assert saved["before"]["summary"]["levels"] == ["one_digit"]  # the training levels by default
+    assert "neutral" not in saved["before"] and "neutral" not in saved["after"]
+
+
+@pytest.mark.slow
+def test_main_job_prints_and_saves_both_prompt_formats_with_the_tiny_policy(tmp_path, capsys, monkeypatch):
+    """The main job's recipe with TRL_EXPLORE_TINY_POLICY=1 (the policy alias "embedded" is a tiny random model): the
+    held-out evaluation runs in the training and the neutral format by default; each gets its before table and its
+    before/after table with intervals, one line sets the two mean@k changes side by side, and heldout_eval.json
+    holds both formats on the same problems."""
+    import json
+
+    from trl_explore import OGERConfig, OGERTrainer
+    from trl_explore.cli import run_training
+    from trl_explore.evaluation.heldout import HeldoutResult
+
+    monkeypatch.setenv("TRL_EXPLORE_TINY_POLICY", "1")
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    argv = ["--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "4",
+            "--num_generations", "4", "--max_completion_length", "24", "--ladder_levels", "one_digit",
+            "--max_train_samples", "4", "--use_cpu", "true", "--log_completions", "false", "--eval_problems", "3",
+            "--eval_samples", "2", "--eval_split", "validation", "--eval_max_new_tokens", "4",
+            "--save_only_model", "true"]
+    run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t", argv=argv)
+    printed = capsys.readouterr().out
+    before, after = printed.split("[t] held-out evaluation before and after training")
+    for text in (before, after):  # one table per format before training, and one after it
+        assert text.count("training format (chat, one worked example)") == 1
+        assert text.count("neutral format (no worked example, rephrased):") == 1
+    assert after.count("[95% paired bootstrap interval]") == 2 and after.count("mean@2 (sampled accuracy)") == 2
+    assert "[t] mean@2 change, training format " in after and "; neutral format " in after
+    saved = json.loads((out / "heldout_eval.json").read_text())
+    assert set(saved) == {"before", "after"}
+    for label in ("before", "after"):
+        assert saved[label]["summary"]["prompt_format"] == "training"
+        assert saved[label]["neutral"]["summary"]["prompt_format"] == "neutral"
+        training = HeldoutResult.from_dict(saved[label]["result"])
+        neutral = HeldoutResult.from_dict(saved[label]["neutral"]["result"])
+        assert neutral.problem_ids == training.problem_ids and neutral.num_samples == training.num_samples == 2

@@ -109,13 +109,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.evaluation.heldout import (
-        HeldoutEvalArguments,
-        HeldoutEvaluator,
-        compare_heldout,
-        heldout_table,
-        save_heldout,
-    )
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments, HeldoutEvaluator, save_heldout
     from trl_explore.hub import check_hub_access
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
@@ -150,9 +144,11 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
         evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
         before = evaluator("before")
-        if before is not None:
-            took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
-            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
+        if before is not None:  # one table per prompt format (training, and neutral unless eval_neutral_format false)
+            done = [r["before"] for r in evaluator.by_format.values()]
+            took = ("read back from the cache (eval_cache)" if all(r.cached for r in done) else
+                    f"{sum(r.seconds for r in done if not r.cached):.0f} s")
+            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(evaluator.before_tables()))
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
@@ -161,9 +157,10 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         after = evaluator("after")  # every process takes part (the others wait for the main one)
         before = evaluator.results.get("before")
         if after is not None and before is not None:
-            lines += (f"held-out evaluation before and after training ({after.seconds:.0f} s after):",
-                      *heldout_table(before, after, compare_heldout(before, after)))
-            save_heldout(training_args.output_dir, evaluator.results)
+            seconds = sum(r["after"].seconds for r in evaluator.by_format.values())
+            lines += (f"held-out evaluation before and after training ({seconds:.0f} s after):",
+                      *evaluator.change_tables())
+            save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
                tuple(f"{c.name}/" for c in trainer.components), time.perf_counter() - start, lines=lines)
     trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)

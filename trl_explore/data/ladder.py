@@ -39,16 +39,20 @@ LADDER_COLUMNS = ("problem_id", "prompt", "answer", "offline_completions", "offl
 """Columns of every ladder split: the CHAMP offline set's (``OFFLINE_COLUMNS``) plus ``level``."""
 
 INSTRUCTION = "Solve the problem. Give the final answer in \\boxed{}."
-"""The instruction of every ladder prompt."""
+"""The instruction of every ladder prompt but the neutral one."""
+
+NEUTRAL_INSTRUCTION = "Put the final answer in \\boxed{}."
+"""The instruction of the ``"neutral"`` prompt format (worded unlike :data:`INSTRUCTION` on purpose)."""
 
 __all__ = [
-    "INSTRUCTION", "LADDER_COLUMNS", "LEVELS", "PROMPT_FORMATS", "SPLITS", "TEACHER_STYLES", "LadderProblem",
-    "ladder_dataset", "ladder_features", "ladder_problems", "ladder_prompt", "ladder_row",
+    "INSTRUCTION", "LADDER_COLUMNS", "LEVELS", "NEUTRAL_INSTRUCTION", "PROMPT_FORMATS", "SPLITS", "TEACHER_STYLES",
+    "LadderProblem", "ladder_dataset", "ladder_features", "ladder_problems", "ladder_prompt", "ladder_row",
 ]  # fmt: skip
 
 
-PROMPT_FORMATS = ("user_example", "chat_example", "system_example", "plain")
-"""Prompt formats (:func:`ladder_prompt`); measured in ``benchmarks/results/ladder_pass_rates.md``."""
+PROMPT_FORMATS = ("user_example", "chat_example", "system_example", "plain", "neutral")
+"""Prompt formats (:func:`ladder_prompt`); the first four measured in ``benchmarks/results/ladder_pass_rates.md``;
+``"neutral"`` is the held-out evaluation's second format (:mod:`trl_explore.evaluation.heldout`)."""
 
 
 def ladder_prompt(problem: LadderProblem, prompt_format: str = "chat_example") -> list[dict[str, str]]:
@@ -62,6 +66,10 @@ def ladder_prompt(problem: LadderProblem, prompt_format: str = "chat_example") -
     * ``"system_example"``: a system message with the instruction and the worked example (replacing SmolLM2's default
       system prompt), then the problem alone as the user turn.
     * ``"plain"``: one user turn: the instruction and the problem, no example.
+    * ``"neutral"``: one user turn, no example, the question phrased otherwise and another instruction
+      (:data:`NEUTRAL_INSTRUCTION`): ``"Compute 3 + 4. Put the final answer in \\boxed{}."``; a word problem keeps
+      its story (its wording is the problem) followed by that instruction. It tells a skill learned on the
+      ``chat_example`` prompt from a learned prompt format (issue 28): nothing of it appears in training.
 
     Raises:
         ValueError: an unknown format.
@@ -80,6 +88,9 @@ def ladder_prompt(problem: LadderProblem, prompt_format: str = "chat_example") -
                 {"role": "user", "content": f"Problem: {problem.question}"}]
     if prompt_format == "plain":
         return [{"role": "user", "content": f"{INSTRUCTION}\n\nProblem: {problem.question}"}]
+    if prompt_format == "neutral":
+        question = problem.question if problem.word is not None else f"Compute {problem.expression}."
+        return [{"role": "user", "content": f"{question} {NEUTRAL_INSTRUCTION}"}]
     raise ValueError(f"unknown prompt_format {prompt_format!r}; choose from {list(PROMPT_FORMATS)}")
 
 

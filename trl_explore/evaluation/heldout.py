@@ -8,6 +8,13 @@ through the evaluation stack (:func:`~trl_explore.evaluation.runner.evaluate_dat
 the two answer-diversity measures are read. :func:`compare_heldout` gives the before/after differences with 95%
 paired bootstrap intervals over problems; :func:`heldout_table` prints them as a short table.
 
+**Two prompt formats** (issue 28: "tell skill from format"). The same problems are asked in the ``"training"``
+format (the rows' own prompt: the ladder's chat prompt with one worked example, as in training) and, with
+``eval_neutral_format``, in the ``"neutral"`` one (:data:`HELDOUT_PROMPT_FORMATS`): no worked example, the question
+phrased otherwise (``"Compute 3 + 4. Put the final answer in \\boxed{}."``, the ladder's ``"neutral"`` prompt
+format). A gain in the training format alone is a gain of that prompt; one in both carries over to a phrasing the
+policy never trained on. The neutral format doubles the evaluation's ``generate`` calls (its prompts are shorter).
+
 The training scripts run it before and after training when ``eval_heldout`` is set (:class:`HeldoutEvalArguments`,
 wired in :func:`trl_explore.cli.run_training`); :func:`heldout_callback` runs it at chosen steps
 (``benchmarks/dynamics.py``).
@@ -37,6 +44,14 @@ from trl_explore.evaluation.metrics import (
 )
 
 logger = logging.getLogger(__name__)
+
+HELDOUT_PROMPT_FORMATS: dict[str, str] = {
+    "training": "training format (chat, one worked example)",
+    "neutral": "neutral format (no worked example, rephrased)",
+}
+"""The held-out evaluation's prompt formats and how its table names them: ``"training"``, the rows' own prompt;
+``"neutral"``, the ladder's ``"neutral"`` prompt format (:func:`trl_explore.data.ladder.ladder_prompt`; the ladder
+only)."""
 
 
 @dataclass
@@ -68,6 +83,13 @@ class HeldoutEvalArguments:
         default=1.0, metadata={"help": "Sampling temperature of the k samples (default 1.0: the training one)."}
     )
     eval_greedy: bool = field(default=True, metadata={"help": "Also one greedy completion per problem."})
+    eval_neutral_format: bool = field(
+        default=True,
+        metadata={"help": "Ask the same problems a second time in a neutral prompt format (no worked example, the "
+                  "question rephrased: 'Compute 3 + 4. Put the final answer in \\boxed{}.') and print its table "
+                  "beside the training format's, to tell a learned skill from a learned prompt. Doubles the "
+                  "evaluation's generate calls; the ladder only (ignored with eval_benchmark 'champ')."},
+    )
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "New-token budget (default: the training max_completion_length)."}
     )
@@ -105,6 +127,8 @@ class HeldoutResult:
         greedy_correct, greedy_answers: ``[P]`` of the greedy completion (None when not evaluated).
         mean_num_tokens: mean sampled completion length (tokens); truncated_fraction: share that hit the budget.
         seconds: wall time of generation and grading; cached: True when read back by :func:`cached_evaluation`.
+        prompt_format: how the problems were asked, a key of :data:`HELDOUT_PROMPT_FORMATS` (default
+            ``"training"``, also for results saved before the field existed).
     """
 
     benchmark: str
@@ -120,6 +144,7 @@ class HeldoutResult:
     truncated_fraction: float = float("nan")
     seconds: float = 0.0
     cached: bool = False
+    prompt_format: str = "training"
 
     @property
     def num_problems(self) -> int:
@@ -189,7 +214,7 @@ class HeldoutResult:
     def summary(self) -> dict:
         """The aggregates as a JSON-able dict (mean, pass@k curve, greedy, diversity, lengths, per level)."""
         return {
-            "benchmark": self.benchmark, "split": self.split,
+            "benchmark": self.benchmark, "split": self.split, "prompt_format": self.prompt_format,
             "levels": None if self.levels is None else list(self.levels),
             "num_problems": self.num_problems, "num_samples": self.num_samples, "temperature": self.temperature,
             "mean": self.mean, "pass_at_k": {str(k): v for k, v in self.pass_at_k_curve().items()},
@@ -217,16 +242,27 @@ class HeldoutResult:
 
 
 def heldout_problems(benchmark: str = "ladder", split: str = "test", levels: Sequence[str] | None = None,
-                     num_problems: int = 64):
+                     num_problems: int = 64, prompt_format: str = "training"):
     """The first ``num_problems`` rows of ``benchmark``'s ``split`` (``load_benchmark`` rows; the ladder's splits are
-    shuffled, so the first rows mix its levels).
+    shuffled, so the first rows mix its levels), their prompts in ``prompt_format`` (a key of
+    :data:`HELDOUT_PROMPT_FORMATS`; the row order does not depend on it: the same problems in both formats).
 
     Raises:
-        ValueError: the split holds fewer problems than asked for (the message gives both numbers).
+        ValueError: the split holds fewer problems than asked for (the message gives both numbers); an unknown
+            ``prompt_format``, or ``"neutral"`` with a benchmark other than the ladder.
     """
     from trl_explore.evaluation.benchmarks import load_benchmark
 
-    options = {"ladder_split": split, "ladder_kwargs": {"levels": list(levels)} if levels else {}}
+    if prompt_format not in HELDOUT_PROMPT_FORMATS:
+        raise ValueError(f"unknown held-out prompt_format {prompt_format!r}; choose from "
+                         f"{list(HELDOUT_PROMPT_FORMATS)}")
+    if prompt_format == "neutral" and benchmark != "ladder":
+        raise ValueError(f"the neutral prompt format is the ladder's; benchmark {benchmark!r} has only its own "
+                         f"prompts (prompt_format='training')")
+    ladder = {"levels": list(levels)} if levels else {}
+    if prompt_format == "neutral":
+        ladder["prompt_format"] = "neutral"
+    options = {"ladder_split": split, "ladder_kwargs": ladder}
     if benchmark == "champ":
         options = {"champ_split": split}
     dataset = load_benchmark(benchmark, **options)
@@ -239,8 +275,8 @@ def heldout_problems(benchmark: str = "ladder", split: str = "test", levels: Seq
 def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str = "test",
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
-                     batch_size: int = 64, grader_mode: str = "math_verify",
-                     show_progress: bool = False) -> HeldoutResult:
+                     batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False,
+                     prompt_format: str = "training") -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
     ``greedy``, one greedy completion per problem, graded like the training reward.
 
@@ -256,6 +292,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
         batch_size: completions per ``generate`` call.
         grader_mode: the grader's mode (the training reward's ``grader_mode``).
         show_progress: progress bars.
+        prompt_format: how the problems are asked (:data:`HELDOUT_PROMPT_FORMATS`; default ``"training"``).
 
     Returns:
         :class:`HeldoutResult`.
@@ -268,7 +305,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
     from trl_explore.sampling.plan import SamplingPlan
 
     start = time.perf_counter()
-    dataset = heldout_problems(benchmark, split, levels, num_problems)
+    dataset = heldout_problems(benchmark, split, levels, num_problems, prompt_format)
     generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress)
     plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=1.0, top_k=0,
                         max_new_tokens=max_new_tokens)
@@ -295,7 +332,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
         greedy_correct=None if by_id is None else tuple(bool(by_id[p]["correct"]) for p in ids),
         greedy_answers=None if by_id is None else tuple(by_id[p]["extracted_answer"] for p in ids),
         mean_num_tokens=float(summary["mean_num_tokens"]), truncated_fraction=float(summary["truncated_fraction"]),
-        seconds=round(time.perf_counter() - start, 2),
+        seconds=round(time.perf_counter() - start, 2), prompt_format=prompt_format,
     )  # fmt: skip
 
 
@@ -342,10 +379,18 @@ def _change(entry) -> str:
 def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
                   comparison: dict | None = None) -> list[str]:
     """A short before/after table (lines of text): mean@k, pass@k, greedy accuracy, the two diversity measures and
-    the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one."""
+    the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one. The first
+    line names the split, the prompt format and the sampling.
+
+    Raises:
+        ValueError: ``before`` and ``after`` were asked in different prompt formats."""
+    if after is not None and after.prompt_format != before.prompt_format:
+        raise ValueError(f"heldout_table compares one prompt format before and after; got {before.prompt_format!r} "
+                         f"and {after.prompt_format!r}")
     k = before.num_samples if after is None else min(before.num_samples, after.num_samples)
     levels = ", ".join(before.levels) if before.levels else "all levels"
-    head = (f"held-out {before.benchmark} {before.split} split: {before.num_problems} problems ({levels}), "
+    form = HELDOUT_PROMPT_FORMATS.get(before.prompt_format, before.prompt_format)
+    head = (f"held-out {before.benchmark} {before.split} split, {form}: {before.num_problems} problems ({levels}), "
             f"k = {k} samples at T = {before.temperature:g}" + (" + 1 greedy" if before.greedy_correct else ""))
     rows = [
         (f"mean@{k} (sampled accuracy)", lambda r: r.mean, "mean"),
@@ -420,12 +465,17 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
 
 
 class HeldoutEvaluator:
-    """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`.
+    """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`, in each of its
+    prompt formats (:attr:`formats`).
 
     Args:
         trainer: a ``GRPOTrainer`` (its model, tokenizer, ``max_completion_length`` and ``grader_mode``).
         options: the :class:`HeldoutEvalArguments`.
         levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
+
+    Attributes:
+        formats: ``("training", "neutral")`` with ``eval_neutral_format`` on the ladder, else ``("training",)``.
+        by_format: ``{format: {label: HeldoutResult}}``; results: ``by_format["training"]`` (the same dict).
 
     Runs on the main process only (the others wait); returns None elsewhere. A model sharded across processes
     (DeepSpeed ZeRO-3, FSDP) is not evaluated: a warning names the option.
@@ -435,7 +485,10 @@ class HeldoutEvaluator:
         self.trainer = trainer
         self.options = options
         self.levels = options.eval_levels if options.eval_levels is not None else levels
-        self.results: dict[str, HeldoutResult] = {}
+        neutral = options.eval_neutral_format and options.eval_benchmark == "ladder"
+        self.formats: tuple[str, ...] = ("training", "neutral") if neutral else ("training",)
+        self.by_format: dict[str, dict[str, HeldoutResult]] = {f: {} for f in self.formats}
+        self.results: dict[str, HeldoutResult] = self.by_format["training"]
         self._warned = False
 
     def sharded(self) -> bool:
@@ -446,31 +499,58 @@ class HeldoutEvaluator:
         return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
 
     def __call__(self, label: str) -> HeldoutResult | None:
-        """Evaluate now; the result is kept as ``results[label]`` (main process)."""
-        t, o = self.trainer, self.options
+        """Evaluate now in every format; the results are kept as ``by_format[format][label]`` (main process).
+        Returns the training format's (``results[label]``)."""
+        t = self.trainer
         if self.sharded():
             if t.accelerator.is_main_process and not self._warned:
                 self._warned = True
                 logger.warning("eval_heldout: the model is sharded across processes (ZeRO-3 / FSDP); the held-out "
                                "evaluation is skipped (evaluate the saved model with examples/evaluate.py)")
             return None
-        result = None
         if t.accelerator.is_main_process:
-            model = t.accelerator.unwrap_model(t.model)
-            settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
-                            num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
-                            greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
-                            seed=o.eval_seed, batch_size=o.eval_batch_size,
-                            grader_mode=getattr(t.args, "grader_mode", "math_verify"))
-            rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems)
-            text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
-            problems = hashlib.sha256(text.encode()).hexdigest()[:16]
-            result = cached_evaluation(model, {**settings, "problems": problems},
-                                       lambda: evaluate_heldout(model, t.processing_class, **settings),
-                                       cache=o.eval_cache)
-            self.results[label] = result
+            for prompt_format in self.formats:
+                self.by_format[prompt_format][label] = self._evaluate(prompt_format)
         t.accelerator.wait_for_everyone()
-        return result
+        return self.results.get(label) if t.accelerator.is_main_process else None
+
+    def _evaluate(self, prompt_format: str) -> HeldoutResult:
+        """One evaluation of the current weights in ``prompt_format`` (cached: :func:`cached_evaluation`)."""
+        t, o = self.trainer, self.options
+        model = t.accelerator.unwrap_model(t.model)
+        settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
+                        num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
+                        greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
+                        seed=o.eval_seed, batch_size=o.eval_batch_size,
+                        grader_mode=getattr(t.args, "grader_mode", "math_verify"), prompt_format=prompt_format)
+        rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems, prompt_format)
+        text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
+        problems = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cached_evaluation(model, {**settings, "problems": problems},
+                                 lambda: evaluate_heldout(model, t.processing_class, **settings), cache=o.eval_cache)
+
+    def before_tables(self, label: str = "before") -> list[str]:
+        """The table of each format's ``label`` evaluation alone (lines; main process, after ``self(label)``)."""
+        lines = []
+        for prompt_format in self.formats:
+            if label in self.by_format[prompt_format]:
+                lines += heldout_table(self.by_format[prompt_format][label])
+        return lines
+
+    def change_tables(self, before: str = "before", after: str = "after") -> list[str]:
+        """Each format's before/after table with its intervals (:func:`compare_heldout`), then, with two formats,
+        one line that sets their mean@k changes side by side (:func:`format_change_line`). Empty where a result is
+        missing (another process, a sharded model)."""
+        lines, changes = [], {}
+        for prompt_format in self.formats:
+            results = self.by_format[prompt_format]
+            if before in results and after in results:
+                changes[prompt_format] = compare_heldout(results[before], results[after])
+                lines += heldout_table(results[before], results[after], changes[prompt_format])
+        if len(changes) == 2:
+            k = min(self.results[before].num_samples, self.results[after].num_samples)
+            lines.append(format_change_line(changes["training"]["mean"], changes["neutral"]["mean"], k))
+        return lines
 
 
 def heldout_callback(evaluator: HeldoutEvaluator, steps: Iterable[int]):
@@ -487,16 +567,46 @@ def heldout_callback(evaluator: HeldoutEvaluator, steps: Iterable[int]):
     return HeldoutEvalCallback()
 
 
+def format_change_line(training: tuple, neutral: tuple, k: int) -> str:
+    """One line that sets the mean@k change of the two prompt formats side by side and says whether each 95%
+    interval excludes zero.
+
+    Args:
+        training, neutral: ``(difference, low, high)`` of :func:`compare_heldout`'s ``"mean"`` in each format.
+        k: the number of samples (for the name mean@k).
+
+    Returns:
+        e.g. ``"mean@4 change, training format +0.113 [+0.062, +0.168] (interval clear of 0); neutral format +0.036
+        [-0.010, +0.080] (interval includes 0)"``.
+    """
+
+    def reading(entry) -> str:
+        _, low, high = entry
+        return "interval includes 0" if low <= 0.0 <= high else "interval clear of 0"
+
+    return (f"mean@{k} change, training format {_change(training)} ({reading(training)}); neutral format "
+            f"{_change(neutral)} ({reading(neutral)})")
+
+
 HELDOUT_JSON = "heldout_eval.json"
 """File of :func:`save_heldout` in a run's output folder."""
 
 
-def save_heldout(output_dir, results: dict[str, HeldoutResult]) -> None:
-    """Write ``{label: {"summary", "result"}}`` to ``<output_dir>/heldout_eval.json`` (main process)."""
+def save_heldout(output_dir, results: dict[str, HeldoutResult],
+                 neutral: dict[str, HeldoutResult] | None = None) -> None:
+    """Write ``{label: {"summary", "result"}}`` (the training format) to ``<output_dir>/heldout_eval.json`` (main
+    process); a label's neutral-format evaluation, when ``neutral`` holds one, goes under its entry as
+    ``"neutral": {"summary", "result"}``. Each summary names its ``prompt_format``."""
     import pathlib
 
     path = pathlib.Path(output_dir) / HELDOUT_JSON
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {label: {"summary": r.summary(), "result": r.to_dict()} for label, r in results.items()
-               if isinstance(r, HeldoutResult)}
+    neutral = neutral or {}
+    payload = {}
+    for label, r in results.items():
+        if not isinstance(r, HeldoutResult):
+            continue
+        payload[label] = {"summary": r.summary(), "result": r.to_dict()}
+        if isinstance(neutral.get(label), HeldoutResult):
+            payload[label]["neutral"] = {"summary": neutral[label].summary(), "result": neutral[label].to_dict()}
     path.write_text(json.dumps(payload, indent=1))
