@@ -309,9 +309,19 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
             fields.update(new)
         if any(c.edits_rows for c in self.components):
             fields[ROW_OWNER] = list(gen.rollout.owner)
-        if not fields:
+        extra = gen.rollout.extra_fields  # TRL merged these into `inputs` already: the same values unless rewritten
+        if not fields and not extra:
             return inputs
-        return [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
+        rows = []
+        for i, row in enumerate(inputs):
+            row = {**row, **{k: v[i] for k, v in fields.items()}}
+            for key, values in extra.items():  # TRL's merge of rollout_func fields, from the rows as they are now
+                if isinstance(values, list) and i < len(values):
+                    row[key] = values[i]
+                elif not isinstance(values, list):
+                    row[key] = values
+            rows.append(row)
+        return rows
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Overrides GRPOTrainer._calculate_rewards: the components' per-completion fields join (copies of) the rows
