@@ -536,10 +536,47 @@ class Component:
         """After each optimizer step (``state``: transformers' ``TrainerState``)."""
 
     def save(self, output_dir: str) -> None:
-        """Write this component's state next to a checkpoint's (or the final model's) weights."""
+        """Write this component's shared state next to a checkpoint's (or the final model's) weights.
+
+        Runs on the main process only (``args.should_save``), after the weights, at every checkpoint and at every
+        ``save_model``: write only state that is the same on every process (a bank synced from process 0). State that
+        differs between processes goes through :meth:`save_process_state`."""
 
     def load(self, checkpoint: str) -> None:
-        """Restore this component's state from a checkpoint folder (on resume)."""
+        """Restore this component's shared state from a checkpoint folder, on resume.
+
+        Runs on every process, each reading what the main process's :meth:`save` wrote (before TRL's generation
+        buffer is restored, after the optimizer and scheduler)."""
+
+    def save_process_state(self, folder: str) -> None:
+        """Write this process's own state (e.g. a buffer of the rows this process saw) into ``folder``.
+
+        Runs on every process at every checkpoint (not at a plain ``save_model``, which a resume cannot start from),
+        with ``folder = <checkpoint>/component_state/<name>/process_<i>/`` (``process_state_folder``), created for it:
+        no other process writes there. A component that overrides it is resumed only with the same number of
+        processes (``load_process_state`` refuses a checkpoint without this process's folder)."""
+
+    def load_process_state(self, folder: str) -> None:
+        """Restore what :meth:`save_process_state` wrote on this process, on resume, on every process (after
+        :meth:`load`). The driver calls it only when this component overrides :meth:`save_process_state`, and raises
+        a ``FileNotFoundError`` naming the component, the process and the checkpoint when the folder is missing (a
+        checkpoint of another number of processes, or of a run without this component)."""
+
+
+PROCESS_STATE_DIR = "component_state"
+"""Sub-folder of a checkpoint holding each component's per-process state (:meth:`Component.save_process_state`)."""
+
+
+def process_state_folder(checkpoint: str, name: str, process_index: int) -> str:
+    """``<checkpoint>/component_state/<name>/process_<process_index>``: one component's state of one process."""
+    import os
+
+    return os.path.join(checkpoint, PROCESS_STATE_DIR, name, f"process_{process_index}")
+
+
+def keeps_process_state(component) -> bool:
+    """Whether ``component`` overrides :meth:`Component.save_process_state`."""
+    return _overrides(component, "save_process_state")
 
 
 _GENERATION_STATE_HOOKS = ("sampling_context", "transform_rollout", "observe_forward", "behaviour_context")
