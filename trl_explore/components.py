@@ -28,7 +28,11 @@ hook (value) -> result                    when it runs                       wha
                                                                              or multiply terms
 ``extra_loss(LossCall) -> Tensor``        after TRL's objective              the loss (terms added)
 ``step_end(TrainerState) -> None``        after each optimizer step          its own state
-``save(folder)`` / ``load(folder)``       with every checkpoint / on resume  its own state
+``save(folder)`` / ``load(folder)``       main process, every checkpoint     its shared state (same on every process)
+                                          and save_model / every process,
+                                          on resume
+``save_process_state(folder)`` /          every process, every checkpoint /  its per-process state, in a folder of its
+``load_process_state(folder)``            every process, on resume           own per process
 ========================================  =================================  ==========================================
 
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
@@ -41,6 +45,14 @@ forward (``ExplorationTrainer.behaviour_forward``).
 State: a component keeps what one hook hands to a later one on its own attributes, as one record per generation,
 replaced (never shared with another component); everything the components share travels in the values above (e.g.
 ``Rollout.offline``: the rows that were not sampled from the policy).
+
+Rewriting rows (``docs/architecture.md``, "Rewriting rows"): a component that rewrites completions (in
+``transform_rollout`` or ``edit_scored``) declares :attr:`Component.edits_rows` and best uses
+:meth:`Rollout.swap_rows`; :func:`settle_rewrites` then marks each rewritten row's :attr:`Rollout.owner` and clears
+the per-row fields of the replaced completion. A component with per-row state from generation declares
+:attr:`Component.follows_row_owners` (it reads ``owner`` / ``offline`` at every hook) or is refused next to a later
+rewrite (:func:`check_row_owners`). Field names are unique across components and TRL (:func:`check_component_fields`,
+and the driver when the values arrive). Random draws: :meth:`Component.generator`, one stream per component name.
 """
 
 from __future__ import annotations
