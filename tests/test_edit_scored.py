@@ -9,7 +9,7 @@ import torch
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
 from trl_explore.components import Component, Needs, Rollout, check_component_fields, check_row_owners, settle_rewrites
-from trl_explore.driver import stream_seed
+from trl_explore.driver import _merge_rescored_logs, stream_seed
 from trl_explore.testing import doubling_dataset, tiny_training_args
 
 SWAP_TEXT = "Swapped in: \\boxed{0}"
@@ -103,6 +103,20 @@ def test_a_rewrite_after_a_component_that_kept_row_state_is_refused_naming_both(
     follows = type("Follows", (Steers,), {"follows_row_owners": True, "name": "follows"})
     rewrites_following = type("RewritesFollowing", (Rewrites,), {"follows_row_owners": True})
     check_row_owners([follows(), rewrites_following(), EditsLate()])
+
+
+def test_what_reward_functions_log_while_rows_are_rescored_replaces_the_changed_rows():
+    pending = {"route": [0, 1, 2, 3], "is_offline": [False] * 4 + [True, True], "new": ["x", "y"], "odd": [1, 2, 3]}
+    lengths = {"route": 4, "is_offline": 4, "odd": 2}
+    _merge_rescored_logs(pending, lengths, changed=[1, 3], num_rows=4)
+    assert pending == {"route": [0, 1, 2, 3], "is_offline": [False, True, False, True], "new": [None, "x", None, "y"],
+                       "odd": [1, 2]}  # "odd": one value for two re-scored rows is kept out of the table
+
+
+def test_edit_scored_with_environments_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"component\(s\) \['late'\] edit rows after scoring .*environment_factory"):
+        ExplorationTrainer("unused", args=ExplorationConfig(**tiny_training_args(tmp_path)), components=[EditsLate()],
+                           environment_factory=object)
 
 
 def test_streams_are_keyed_by_name_and_ordered_terms():

@@ -143,6 +143,25 @@ def _check_new_keys(fields: dict, sources: dict, name: str, hook: str) -> None:
 _TRL_SOURCES = ("GRPOTrainer", "TRL's reward kwargs", "TRL's rollout_func extra_fields")
 
 
+def _merge_rescored_logs(pending: dict, lengths: dict, changed: list, num_rows: int) -> None:
+    """The completion-table columns reward functions logged (TRL's ``log_extra``) while the changed rows were scored
+    again: their values replace those of the changed rows (a column logged only now gets None elsewhere)."""
+    for column, values in pending.items():
+        start = lengths.get(column, 0)
+        new = values[start:]
+        if not new:
+            continue
+        del values[start:]
+        if len(new) != len(changed):
+            continue  # not one value per re-scored row: kept out of the table
+        if start == 0:
+            values.extend([None] * num_rows)
+        elif start != num_rows:
+            continue
+        for i, value in zip(changed, new):
+            values[i] = value
+
+
 def _check_declared_edit(component, changed: list, hook: str) -> None:
     if changed and not component.edits_rows:
         raise RuntimeError(f"{hook} of component {component.name!r} rewrote rows {changed[:8]} but the component does "
@@ -174,6 +193,12 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def __init__(self, model, reward_funcs=None, args=None, components=(), **kwargs):
         model, args = resolve_model_and_config(model, args, ExplorationConfig, "explore", check_type=False)
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
+        components = tuple(components)
+        editors = [c.name for c in components if type(c).edit_scored is not Component.edit_scored]
+        if editors and kwargs.get("environment_factory") is not None:  # TRL's second pass would reset them again
+            raise ValueError(f"component(s) {editors} edit rows after scoring (edit_scored), which runs TRL's "
+                             "_generate_and_score_completions again on the final rows; with environment_factory that "
+                             "would reset every environment a second time: not supported")
         default_rewards = reward_funcs is None
         reward_funcs = [default_verifier(args)] if default_rewards else reward_funcs
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
@@ -368,12 +393,18 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
             gen.scoring_logps = gen.behaviour_logps = None  # of the rows before the edit
             local = gen.rewards_per_func[process_slice].clone()
             if changed:
-                rows = [self._reward_inputs(gen, inputs)[i] for i in changed]  # fields asked again, new rollout
+                all_rows = self._reward_inputs(gen, inputs)  # every component's fields asked again, new rollout
+                logged = {column: len(values) for column, values in self._pending_extra_logs.items()}
+                metrics = {name: len(values) for name, values in self._pending_metrics.items()}
                 with checked_reward_functions(self), _local_reward_gather():
                     local[changed] = super()._calculate_rewards(
-                        rows, [prompts[i] for i in changed], [rollout.completions[i] for i in changed],
+                        [all_rows[i] for i in changed], [prompts[i] for i in changed],
+                        [rollout.completions[i] for i in changed],
                         [rollout.completion_ids[i] for i in changed]).to(local.device)
                 check_finite_rewards(local, self.reward_func_names)
+                _merge_rescored_logs(self._pending_extra_logs, logged, changed, num_local)
+                for name, values in self._pending_metrics.items():  # a mean over a few rows would skew the batch's
+                    del values[metrics.get(name, 0):]
             gen.rewards_per_func = self.accelerator.gather(local)
         return edited
 
