@@ -24,12 +24,14 @@ def _rollout(num_rows=3, extra=None, logprobs=True):
 
 # ---------------------------------------------------------------------------------------------------- pure rules
 def test_swap_rows_replaces_or_clears_every_per_row_field():
-    rollout = _rollout(extra={"env_text_len": [28, 30, 31], "tag": ["a", "b", "c"], "run": "shared"})
+    extra = {"env_text_len": [28, 30, 31], "tag": ["a", "b", "c"], "run": "shared"}
+    rollout = dataclasses.replace(_rollout(extra=extra), tool_images=[["img0"], ["img1"], []])
     swapped = rollout.swap_rows("replay", {1: ([7, 8, 9], "new text")}, extra_fields={1: {"tag": "replayed"}})
     assert swapped.completion_ids[1] == [7, 8, 9] and swapped.completions[1] == "new text"
     assert swapped.logprobs[1] == [None, None, None] and swapped.tool_mask[1] == [1, 1, 1]
     assert swapped.extra_fields == {"env_text_len": [28, None, 31], "tag": ["a", "replayed", "c"], "run": "shared"}
     assert swapped.offline == (False, True, False) and swapped.owner == (None, "replay", None)
+    assert swapped.tool_images == [["img0"], [], []]
     assert rollout.extra_fields["env_text_len"] == [28, 30, 31]  # the original is untouched
     with pytest.raises(IndexError, match="replay: rows \\[5\\] are outside"):
         rollout.swap_rows("replay", {5: ([1], "x")})
@@ -37,14 +39,14 @@ def test_swap_rows_replaces_or_clears_every_per_row_field():
 
 def test_settle_rewrites_clears_what_a_direct_rewrite_left_behind():
     # a hook that rewrote row 0's ids and text only (dataclasses.replace), as OGER's replacement did before
-    rollout = _rollout(extra={"env_text_len": [28, 30, 31]})
+    rollout = dataclasses.replace(_rollout(extra={"env_text_len": [28, 30, 31]}), tool_images=[["img"], [], []])
     ids, texts = list(rollout.completion_ids), list(rollout.completions)
     ids[0], texts[0] = [5, 5, 5, 5], "teacher text"
     after = dataclasses.replace(rollout, completion_ids=ids, completions=texts)
     settled, changed = settle_rewrites(rollout, after, "oger")
     assert changed == [0] and settled.owner == ("oger", None, None) and settled.offline == (False,) * 3
     assert settled.logprobs[0] == [None] * 4 and settled.tool_mask[0] == [1] * 4
-    assert settled.extra_fields["env_text_len"] == [None, 30, 31]
+    assert settled.extra_fields["env_text_len"] == [None, 30, 31] and settled.tool_images == [[], [], []]
     assert settled.logprobs[1] == [-0.5, -0.25]  # untouched rows keep theirs
     forced, _ = settle_rewrites(rollout, after, "replay", force_offline=True)
     assert forced.offline == (True, False, False)
@@ -190,7 +192,9 @@ def test_swapped_rows_are_rescored_alone_and_get_trls_advantages(tmp_path, smoll
     # two micro-steps per generation: TRL keeps old log-probs (its scoring forward), which behaviour_logps reuses
     trainer = _trainer(tmp_path, smollm2_tokenizer, tiny_model, [replay], reward, per_device_train_batch_size=2,
                        steps_per_generation=2, max_steps=1)
-    outputs = []
+    outputs, forwards = [], []
+    behaviour_forward = trainer.behaviour_forward
+    trainer.behaviour_forward = lambda *a, **k: forwards.append(a) or behaviour_forward(*a, **k)
     original = ExplorationTrainer._generate_and_score_completions
     trainer._generate_and_score_completions = lambda inputs: outputs.append(original(trainer, inputs)) or outputs[-1]
     trainer.train()
@@ -213,6 +217,7 @@ def test_swapped_rows_are_rescored_alone_and_get_trls_advantages(tmp_path, smoll
     assert output["completion_ids"][0, : len(swapped_ids)].tolist() == swapped_ids
     assert output["completion_mask"][0].sum().item() == len(swapped_ids)
     # behaviour log-probs: TRL's old_per_token_logps of the same rows, before and after the edit (no extra forward)
+    assert forwards == []
     behaviour, old = replay.behaviour[0]
     width = behaviour.shape[1]
     mask = output["completion_mask"][:, :width].bool()

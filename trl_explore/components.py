@@ -207,7 +207,7 @@ class Rollout:
                 (nats); rows not given get ``None`` per token (TRL: no importance-sampling correction for them).
             extra_fields: ``{row index: {key: value}}`` for TRL's per-completion ``extra_fields`` (from a
                 ``rollout_func``); every per-row extra field of a swapped row not given here becomes None, so no value
-                of the replaced completion reaches the reward functions.
+                of the replaced completion reaches the reward functions (its ``tool_images`` become ``[]``).
             offline: the swapped rows' :attr:`offline` flag (default True: not sampled from the policy now).
 
         Raises:
@@ -222,6 +222,9 @@ class Rollout:
         tool_mask = None if self.tool_mask is None else list(self.tool_mask)
         fields = {k: list(v) if _per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
         offline_flags, owners = list(self.offline), list(self.owner)
+        tool_images = self.tool_images
+        if isinstance(tool_images, list) and len(tool_images) == self.num_rows:  # images a tool gave the old one
+            tool_images = [[] if i in swaps else v for i, v in enumerate(tool_images)]
         for i, (row_ids, text) in swaps.items():
             ids[i], texts[i] = list(row_ids), text
             if new_logprobs is not None:
@@ -234,7 +237,7 @@ class Rollout:
             offline_flags[i], owners[i] = offline, owner
         return dataclasses.replace(self, completion_ids=ids, completions=texts, logprobs=new_logprobs,
                                    tool_mask=tool_mask, extra_fields=fields, offline=tuple(offline_flags),
-                                   owner=tuple(owners))
+                                   owner=tuple(owners), tool_images=tool_images)
 
 
 def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: bool = False) -> tuple[Rollout, list]:
@@ -245,7 +248,7 @@ def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: b
     becomes ``name`` (unless the hook set one), ``offline`` becomes True when ``force_offline``, and every per-row
     field of the replaced completion that the hook left as it was (the same object) is cleared: behaviour log-probs
     to ``None`` per token, ``tool_mask`` to 1 per token, each per-row ``extra_fields`` list (TRL's ``rollout_func``
-    fields) to None at the rewritten rows.
+    fields) to None at the rewritten rows, TRL's per-row ``tool_images`` to ``[]``.
 
     Raises:
         ValueError: the hook changed the number of rows or a prompt (naming the component and the row).
@@ -280,8 +283,11 @@ def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: b
             logprobs[i] = [None] * length
         if tool_mask is not None and before.tool_mask is not None and tool_mask[i] is before.tool_mask[i]:
             tool_mask[i] = [1] * length
+    tool_images = after.tool_images
+    if isinstance(tool_images, list) and tool_images is before.tool_images and len(tool_images) == before.num_rows:
+        tool_images = [[] if i in changed else v for i, v in enumerate(tool_images)]  # a tool's images of the old one
     settled = dataclasses.replace(after, owner=tuple(owner), offline=tuple(offline), logprobs=logprobs,
-                                  tool_mask=tool_mask, extra_fields=fields)
+                                  tool_mask=tool_mask, extra_fields=fields, tool_images=tool_images)
     return settled, changed
 
 
