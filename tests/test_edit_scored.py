@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component, Needs, Rollout, check_component_fields, check_row_owners, settle_rewrites
-from trl_explore.driver import _merge_rescored_logs, stream_seed
+from trl_explore.components import Component, Needs, Rollout
+from trl_explore.scoring import (
+    _merge_rescored_logs,
+    check_component_fields,
+    check_row_owners,
+    settle_rewrites,
+    stream_seed,
+)
 from trl_explore.testing import doubling_dataset, tiny_training_args
 
 SWAP_TEXT = "Swapped in: \\boxed{0}"

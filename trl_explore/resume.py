@@ -39,7 +39,6 @@ from trl_explore.checkpoints import (
     run_record,
     write_record,
 )
-from trl_explore.components import keeps_process_state, process_state_folder
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +73,22 @@ def _describe(value, name: str, tensors: dict) -> dict:
         raise UnstorableBatch(f"the buffered batch key {name.split('/', 1)[1]!r} holds a {type(value).__name__} that "
                               "neither safetensors nor JSON stores exactly")
     return {"value": value}
+
+
+PROCESS_STATE_DIR = "component_state"
+"""Sub-folder of a checkpoint holding each component's per-process state (``Component.save_process_state``)."""
+
+
+def process_state_folder(checkpoint: str, name: str, process_index: int) -> str:
+    """``<checkpoint>/component_state/<name>/process_<process_index>``: one component's state of one process."""
+    return os.path.join(checkpoint, PROCESS_STATE_DIR, name, f"process_{process_index}")
+
+
+def keeps_process_state(component) -> bool:
+    """Whether ``component`` overrides ``Component.save_process_state`` (then it is saved and loaded per process)."""
+    from trl_explore.components import Component
+
+    return type(component).save_process_state is not Component.save_process_state
 
 
 def save_generation_state(directory: str, process_index: int, step: int, buffered: list[dict] | None) -> None:

@@ -2,17 +2,22 @@
 per-process state), one group per process per step, 4 steps saved at every step; then a run resumed from checkpoint 2.
 Each rank writes what the test compares to ``rank{i}.json`` in the output directory given as argv[1]."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the method's file
-from test_stateful_method import _trainer  # noqa: E402
+from trl_explore.defaults import default_policy_path
+from trl_explore.testing import make_tiny_causal_lm
 
-from trl_explore.defaults import default_policy_path  # noqa: E402
-from trl_explore.testing import make_tiny_causal_lm  # noqa: E402
+# the method and its trainer, from the file that defines and tests them (the other half of this test), by its path
+spec = importlib.util.spec_from_file_location("stateful_method", Path(__file__).resolve().parents[1] /
+                                              "test_stateful_method.py")
+method = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(method)
+_trainer = method._trainer
 
 out = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
