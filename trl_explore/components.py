@@ -20,13 +20,19 @@ hook (value) -> result                    when it runs                       wha
 ``observe_forward(ForwardResult)``        after those forwards               nothing (reads log-probs, entropies)
 ``reward_fields(Rollout) -> dict``        before the reward functions        per-completion reward kwargs (``{name:
                                                                              [value per completion]}``)
+``edit_scored(ScoredRollout) -> Rollout`` after the reward functions          rows (swapped in; the driver re-scores
+                                                                             them and TRL recomputes the advantages)
 ``batch_fields(ScoredBatch) -> dict``     after TRL scored the batch         batch-first tensors added to the batch
 ``loss_batch(LossCall) -> dict``          before TRL's objective             the batch TRL's objective sees (masks)
 ``advantages(LossCall) -> Tensor``        before TRL's objective             ``[B, 1]`` or ``[B, T]`` advantages: add
                                                                              or multiply terms
 ``extra_loss(LossCall) -> Tensor``        after TRL's objective              the loss (terms added)
 ``step_end(TrainerState) -> None``        after each optimizer step          its own state
-``save(folder)`` / ``load(folder)``       with every checkpoint / on resume  its own state
+``save(folder)`` / ``load(folder)``       main process, every checkpoint     its shared state (same on every process)
+                                          and save_model / every process,
+                                          on resume
+``save_process_state(folder)`` /          every process, every checkpoint /  its per-process state, in a folder of its
+``load_process_state(folder)``            every process, on resume           own per process
 ========================================  =================================  ==========================================
 
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
@@ -39,6 +45,15 @@ forward (``ExplorationTrainer.behaviour_forward``).
 State: a component keeps what one hook hands to a later one on its own attributes, as one record per generation,
 replaced (never shared with another component); everything the components share travels in the values above (e.g.
 ``Rollout.offline``: the rows that were not sampled from the policy).
+
+Rewriting rows (``docs/architecture.md``, "Rewriting rows"): a component that rewrites completions (in
+``transform_rollout`` or ``edit_scored``) declares :attr:`Component.edits_rows` and best uses
+:meth:`Rollout.swap_rows`; the driver then marks each rewritten row's :attr:`Rollout.owner` and clears the per-row
+fields of the replaced completion (``trl_explore.scoring.settle_rewrites``). A component with per-row state from
+generation declares :attr:`Component.follows_row_owners` (it reads ``owner`` / ``offline`` at every hook) or is
+refused next to a later rewrite (``scoring.check_row_owners``). Field names are unique across components and TRL
+(``scoring.check_component_fields``, and the driver when the values arrive). Random draws:
+:meth:`Component.generator`, one stream per component name.
 """
 
 from __future__ import annotations
@@ -73,11 +88,18 @@ class Needs:
         scoring_entropy: that forward's entropies (extra cost: one entropy per token).
         loss_forward: the policy forward of the loss; the driver then makes it itself (entropies included), runs the
             ``forward_context``/``observe_forward`` and loss hooks, and replays it to TRL's objective.
+        behaviour_logps: ``[B, T]`` log-probs of every completion token under the distribution the rollouts were
+            sampled from (the policy at rollout time, the effective sampler, every component's steering), handed to
+            :meth:`Component.edit_scored` and :meth:`Component.batch_fields` (``behaviour_logps``). The driver reuses
+            TRL's ``old_per_token_logps`` (its scoring forward after generation) when TRL makes it and its
+            distribution is the sampler's with no steering (then the two are one tensor); otherwise it makes one
+            ``ExplorationTrainer.behaviour_forward`` per generation (and one more after rows were edited).
     """
 
     scoring_forward: bool = False
     scoring_entropy: bool = False
     loss_forward: bool = False
+    behaviour_logps: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +159,9 @@ class Rollout:
         prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images: TRL's.
         offline: per row, True when the completion was not sampled from the policy in this generation (e.g. a teacher
             trajectory that replaced an online one): it has no behaviour log-probs and no route.
+        owner: per row, the :attr:`Component.name` of the component that wrote the row's completion last, or None for
+            a completion of TRL's sampler (row ownership: "Rewriting rows" in ``docs/architecture.md``). The driver
+            sets it for every row a hook changed; reward functions read it as the ``row_owner`` kwarg.
     """
 
     mode: str
@@ -151,6 +176,7 @@ class Rollout:
     images: Any
     tool_images: Any
     offline: tuple = ()
+    owner: tuple = ()
 
     TRL_FIELDS: ClassVar[tuple[str, ...]] = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs",
                                              "extra_fields", "images", "tool_images")
@@ -159,11 +185,65 @@ class Rollout:
     @classmethod
     def from_trl(cls, generated: tuple, mode: str, rows: tuple, num_generations: int) -> Rollout:
         """Wrap TRL's ``_generate`` tuple; every row starts online."""
-        return cls(mode, rows, num_generations, *generated, offline=(False,) * len(generated[1]))
+        num_rows = len(generated[1])
+        return cls(mode, rows, num_generations, *generated, offline=(False,) * num_rows, owner=(None,) * num_rows)
 
     def as_trl_tuple(self) -> tuple:
         """Back to TRL's ``_generate`` tuple."""
         return tuple(getattr(self, name) for name in self.TRL_FIELDS)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.completion_ids)
+
+    def swap_rows(self, owner: str, swaps: dict, *, logprobs: dict | None = None, extra_fields: dict | None = None,
+                  offline: bool = True) -> Rollout:
+        """A copy with the completions of some rows replaced (the one way a component should rewrite rows).
+
+        Args:
+            owner: the rewriting component's :attr:`Component.name` (becomes the rows' :attr:`owner`).
+            swaps: ``{row index: (completion_ids, completion)}``; ``completion`` as TRL's ``completions`` holds it
+                (text, or a list of messages for conversational prompts).
+            logprobs: ``{row index: [float or None per token]}``, the swapped rows' behaviour log-probs when known
+                (nats); rows not given get ``None`` per token (TRL: no importance-sampling correction for them).
+            extra_fields: ``{row index: {key: value}}`` for TRL's per-completion ``extra_fields`` (from a
+                ``rollout_func``); every per-row extra field of a swapped row not given here becomes None, so no value
+                of the replaced completion reaches the reward functions (its ``tool_images`` become ``[]``).
+            offline: the swapped rows' :attr:`offline` flag (default True: not sampled from the policy now).
+
+        Raises:
+            IndexError: a row index outside ``[0, num_rows)``.
+        """
+        logprobs, extra_fields = logprobs or {}, extra_fields or {}
+        bad = sorted(i for i in [*swaps, *logprobs, *extra_fields] if not 0 <= i < self.num_rows)
+        if bad:
+            raise IndexError(f"{owner}: rows {bad} are outside this rollout's {self.num_rows} rows")
+        ids, texts = list(self.completion_ids), list(self.completions)
+        new_logprobs = None if self.logprobs is None else list(self.logprobs)
+        tool_mask = None if self.tool_mask is None else list(self.tool_mask)
+        fields = {k: list(v) if _per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
+        offline_flags, owners = list(self.offline), list(self.owner)
+        tool_images = self.tool_images
+        if isinstance(tool_images, list) and len(tool_images) == self.num_rows:  # images a tool gave the old one
+            tool_images = [[] if i in swaps else v for i, v in enumerate(tool_images)]
+        for i, (row_ids, text) in swaps.items():
+            ids[i], texts[i] = list(row_ids), text
+            if new_logprobs is not None:
+                new_logprobs[i] = list(logprobs.get(i, [None] * len(row_ids)))
+            if tool_mask is not None:
+                tool_mask[i] = [1] * len(row_ids)
+            for key, values in fields.items():
+                if _per_row(self.extra_fields[key], self.num_rows):
+                    values[i] = extra_fields.get(i, {}).get(key)
+            offline_flags[i], owners[i] = offline, owner
+        return dataclasses.replace(self, completion_ids=ids, completions=texts, logprobs=new_logprobs,
+                                   tool_mask=tool_mask, extra_fields=fields, offline=tuple(offline_flags),
+                                   owner=tuple(owners), tool_images=tool_images)
+
+
+def _per_row(values, num_rows: int) -> bool:
+    """An ``extra_fields`` value TRL hands out per completion (a list of one value per row); TRL broadcasts others."""
+    return isinstance(values, list) and len(values) == num_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +280,45 @@ class ForwardResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScoredRollout:
+    """A generation after the reward functions scored it, while its rows can still change
+    (:meth:`Component.edit_scored`).
+
+    Attributes:
+        mode: ``"train"`` or ``"eval"``.
+        rollout: this process's rows as they are now (``owner`` and ``offline`` current, earlier edits included).
+        rewards_per_func: ``[N, F]`` float32 rewards of every process's completions (gathered, in TRL's order; NaN =
+            the function returned None), re-scored for rows earlier ``edit_scored`` hooks changed.
+        reward_func_names: the ``F`` reward functions' names (TRL's ``reward_func_names``).
+        reward_weights: ``[F]`` their weights (TRL's ``reward_weights``).
+        process_slice: this process's rows within the ``N`` (``rows = rewards_per_func[process_slice]``).
+        behaviour_logps: ``[B, T]`` behaviour log-probs of this process's rows (nats; T the longest completion, right
+            padded with 0) when a component declares :attr:`Needs.behaviour_logps`, else None.
+    """
+
+    mode: str
+    rollout: Rollout
+    rewards_per_func: torch.Tensor
+    reward_func_names: tuple
+    reward_weights: torch.Tensor
+    process_slice: slice
+    behaviour_logps: torch.Tensor | None = None
+
+    @property
+    def local_rewards_per_func(self) -> torch.Tensor:
+        """``[B, F]``: this process's rows of :attr:`rewards_per_func`."""
+        return self.rewards_per_func[self.process_slice]
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """``[N]`` weighted sum over the functions, as TRL's ``sum_then_normalize`` forms it (``nansum``), NaN where
+        every function returned None (TRL's unscorable rows)."""
+        weights = self.reward_weights.to(self.rewards_per_func.device, self.rewards_per_func.dtype)
+        total = (self.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        return total.masked_fill(torch.isnan(self.rewards_per_func).all(dim=1), float("nan"))
+
+
+@dataclasses.dataclass(frozen=True)
 class ScoredBatch:
     """A generation after TRL scored it (:meth:`Component.batch_fields`).
 
@@ -208,13 +327,15 @@ class ScoredBatch:
         rollout: the final :class:`Rollout` (after every component's ``transform_rollout``).
         output: TRL's batch dict (``completion_ids [B, T]``, ``completion_mask``, ``advantages [B]``, ...).
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
-            ``_calculate_rewards`` returned them.
+            ``_calculate_rewards`` returned them (re-scored rows included).
+        behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
     """
 
     mode: str
     rollout: Rollout
     output: dict
     rewards_per_func: torch.Tensor
+    behaviour_logps: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +379,13 @@ class Component:
         tags: model-card tags.
         card: the method's model-card entry (a ``trl_explore.hub.MethodCard``), or None.
         console_keys: the metrics the compact console line shows (``trl_explore.reporting``; globs allowed).
+        edits_rows: True when :meth:`transform_rollout` or :meth:`edit_scored` rewrites completions (the driver
+            refuses an undeclared rewrite at the first generation).
+        follows_row_owners: True when this component's per-row state from generation (what its
+            :meth:`sampling_context`, :meth:`transform_rollout` or :meth:`observe_forward` kept) follows
+            :attr:`Rollout.owner` / :attr:`Rollout.offline` at every later hook, so a row another component rewrote
+            is recomputed or cleared. A component that keeps such state without this flag is refused at construction
+            next to a component that rewrites rows after it (the message names both).
 
     Attributes:
         trainer: the trainer, set by :meth:`setup`.
@@ -270,6 +398,8 @@ class Component:
     tags: ClassVar[tuple[str, ...]] = ()
     card: ClassVar[Any] = None
     console_keys: ClassVar[tuple[str, ...]] = ()
+    edits_rows: ClassVar[bool] = False
+    follows_row_owners: ClassVar[bool] = False
 
     def __init__(self, options=None):
         self.options = options
@@ -293,6 +423,13 @@ class Component:
         self.trainer = trainer
 
     # ---------------------------------------------------------------- declarations and services
+    def generator(self, *terms: int) -> torch.Generator:
+        """This component's random generator for this step's draws: ``trainer.step_generator(*terms,
+        stream=self.name)``, a function of ``args.seed``, the optimizer step, ``terms`` (in order) and this component's
+        name only. Two components never share a stream, adding a component does not change another's draws, and the
+        draws replay exactly after a resume (the step is in the seed)."""
+        return self.trainer.step_generator(*terms, stream=self.name)
+
     def needs(self, mode: str) -> Needs:
         """The policy forwards this component reads in ``mode`` (read by the driver after each rollout transform and
         at each loss)."""
@@ -323,6 +460,26 @@ class Component:
         """Per-completion values for the reward functions' kwargs (names in :attr:`reward_field_names`)."""
         return {}
 
+    def edit_scored(self, scored: ScoredRollout) -> Rollout:
+        """After the reward functions, before the advantages: swap rows, knowing every row's rewards.
+
+        Return ``scored.rollout`` (nothing changes) or a copy with rows rewritten, best through
+        :meth:`Rollout.swap_rows` (``scored.rollout.swap_rows(self.name, {i: (ids, text)})``); set
+        :attr:`edits_rows`. Only this process's rows can change, and only their completions (never the prompt). The
+        driver then, for the changed rows only: marks them ``offline`` and owned by this component; clears the
+        per-row fields of the replaced completion (behaviour log-probs, ``tool_mask``, TRL's ``extra_fields`` from a
+        ``rollout_func``) that the hook did not supply; asks every component's :meth:`reward_fields` again (on the
+        new rollout) and scores the changed rows with every reward function, reward models included (TRL's own
+        ``_calculate_rewards`` on those rows); then the next component's ``edit_scored`` sees the new rewards. When
+        any process changed a row, TRL's ``_generate_and_score_completions`` runs again on the final rows with
+        these rewards (no new sampling, no reward call): TRL pads them, makes its no-grad forwards (old and
+        reference log-probs, the ``scoring`` forward hooks) and computes the advantages its own way.
+
+        Runs on every process in list order; it must return on every process (a component may keep rows on one
+        process and swap on another). Groups may span processes: ``scored.rewards_per_func`` holds all of them.
+        """
+        return scored.rollout
+
     def batch_fields(self, batch: ScoredBatch) -> dict[str, torch.Tensor]:
         """Batch-first tensors (or lists of length B) added to the training batch; they survive TRL's shuffling and
         splitting into micro-batches."""
@@ -347,10 +504,31 @@ class Component:
         """After each optimizer step (``state``: transformers' ``TrainerState``)."""
 
     def save(self, output_dir: str) -> None:
-        """Write this component's state next to a checkpoint's (or the final model's) weights."""
+        """Write this component's shared state next to a checkpoint's (or the final model's) weights.
+
+        Runs on the main process only (``args.should_save``), after the weights, at every checkpoint and at every
+        ``save_model``: write only state that is the same on every process (a bank synced from process 0). State that
+        differs between processes goes through :meth:`save_process_state`."""
 
     def load(self, checkpoint: str) -> None:
-        """Restore this component's state from a checkpoint folder (on resume)."""
+        """Restore this component's shared state from a checkpoint folder, on resume.
+
+        Runs on every process, each reading what the main process's :meth:`save` wrote (before TRL's generation
+        buffer is restored, after the optimizer and scheduler)."""
+
+    def save_process_state(self, folder: str) -> None:
+        """Write this process's own state (e.g. a buffer of the rows this process saw) into ``folder``.
+
+        Runs on every process at every checkpoint (not at a plain ``save_model``, which a resume cannot start from),
+        with ``folder = <checkpoint>/component_state/<name>/process_<i>/`` (``resume.process_state_folder``), created
+        for it: no other process writes there. A component that overrides it is resumed only with the same number of
+        processes (``load_process_state`` refuses a checkpoint without this process's folder)."""
+
+    def load_process_state(self, folder: str) -> None:
+        """Restore what :meth:`save_process_state` wrote on this process, on resume, on every process (after
+        :meth:`load`). The driver calls it only when this component overrides :meth:`save_process_state`, and raises
+        a ``FileNotFoundError`` naming the component, the process and the checkpoint when the folder is missing (a
+        checkpoint of another number of processes, or of a run without this component)."""
 
 
 def phase(trainer, name: str):

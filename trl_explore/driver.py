@@ -36,15 +36,25 @@ from trl_explore.components import (
     TrainerPlan,
 )
 from trl_explore.config import ExplorationConfig, default_verifier
-from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
+from trl_explore.defaults import resolve_model_and_config
 from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions, not_scored_counts
 from trl_explore.rows import check_datasets, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
+from trl_explore.scoring import (
+    ScoringMixin,
+    _check_declared_edit,
+    _check_new_keys,
+    _Generation,
+    _RowsEdited,
+    check_components,
+    check_row_owner_column,
+    settle_rewrites,
+    stream_seed,
+)
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
@@ -67,19 +77,7 @@ def _enter(stack: contextlib.ExitStack, contexts) -> contextlib.ExitStack:
     return stack
 
 
-@dataclasses.dataclass
-class _Generation:
-    """The driver's record of the generation in progress (its own; components never see it)."""
-
-    mode: str
-    rows: tuple
-    rollout: Rollout | None = None
-    observe_scoring: bool = False
-    scoring_entropy: bool = False
-    rewards_per_func: torch.Tensor | None = None
-
-
-class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer):
+class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin, GRPOTrainer):
     """``GRPOTrainer`` driving ``components`` (a list of :class:`~trl_explore.components.Component`) in list order.
 
     Args:
@@ -104,16 +102,18 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def __init__(self, model, reward_funcs=None, args=None, components=(), **kwargs):
         model, args = resolve_model_and_config(model, args, ExplorationConfig, "explore", check_type=False)
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
+        self.components = tuple(components)
+        check_components(self.components, kwargs)  # field names, row ownership, edit_scored with environments
         default_rewards = reward_funcs is None
         reward_funcs = [default_verifier(args)] if default_rewards else reward_funcs
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         datasets = {key: kwargs.pop(key, None) for key in ("train_dataset", "eval_dataset")}
         plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs,
                            default_rewards=default_rewards)
-        self.components = tuple(components)
         for component in self.components:
             plan = component.prepare(plan)
         check_datasets(plan, self.components)
+        check_row_owner_column(plan, self.components)  # the `row_owner` reward kwarg is the driver's
         eager = True if plan.args.use_vllm and getattr(plan.args, "vllm_enforce_eager", False) else None
         with _enter(contextlib.ExitStack(), [*plan.init_contexts, engine_options(enforce_eager=eager)]):
             super().__init__(plan.model, plan.reward_funcs, args=plan.args, train_dataset=plan.train_dataset,
@@ -146,11 +146,13 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def _mode(self) -> str:
         return "train" if self.model.training else "eval"
 
-    def step_generator(self, *terms: int) -> torch.Generator:
-        """The random generator of this step's draws (replacement, routes): a function of ``args.seed``, the
-        optimizer step and ``terms`` (process index, micro-step), so the draws replay exactly after a resume."""
-        seed = self.args.seed * 1_000_003 + self.state.global_step * 1_009 + sum(terms)
-        return torch.Generator().manual_seed(seed)
+    def step_generator(self, *terms: int, stream: str = "") -> torch.Generator:
+        """The random generator of this step's draws: a function of ``args.seed``, the optimizer step, ``terms``
+        (process index, micro-step; their order counts) and ``stream`` (a component's :attr:`Component.name`: see
+        ``Component.generator``), so the draws replay exactly after a resume and two streams never coincide.
+
+        The seed is the first 8 bytes of SHA-256 of the values' text (``stream_seed``)."""
+        return torch.Generator().manual_seed(stream_seed(self.args.seed, self.state.global_step, terms, stream))
 
     def behaviour_context(self, mode: str) -> contextlib.ExitStack:
         """A context reproducing the sampling distribution of the current rollouts (the components' steering)."""
@@ -160,15 +162,27 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def _generate_and_score_completions(self, inputs):
         # Overrides GRPOTrainer._generate_and_score_completions: hands the rows to the components (TRL's `_generate`
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
+        # When an `edit_scored` hook changed rows, TRL's method runs a second time on the final rows (`_generate` and
+        # `_calculate_rewards` then return them and their rewards): TRL pads, scores and computes the advantages its
+        # own way, and no line of it is copied here.
         self._generation = gen = _Generation(self._mode(), tuple(inputs))
         if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
             where = f"this process's {gen.mode} generation batch"
             self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
         try:
-            output = super()._generate_and_score_completions(inputs)
-            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func)
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            except _RowsEdited:
+                gen.edited = True
+                self._plan_scoring(gen)
+                output = super()._generate_and_score_completions(inputs)
+            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
+                                 self._behaviour_logps(gen, output))
+            sources = dict.fromkeys(output, "GRPOTrainer")
             for component in self.components:
-                output.update(component.batch_fields(scored))
+                fields = component.batch_fields(scored)
+                _check_new_keys(fields, sources, component.name, "batch_fields")
+                output.update(fields)
         finally:
             self._generation = None
         return output
@@ -186,35 +200,21 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
 
     def _generate(self, prompts):
         # Overrides GRPOTrainer._generate: the components transform the finished rollouts (e.g. group replacement)
-        # before TRL pads, scores and rewards them.
+        # before TRL pads, scores and rewards them; the second pass after `edit_scored` returns the final rows.
         gen = self._generation
         if gen is None or len(gen.rows) != len(prompts):
             raise RuntimeError(f"{type(self).__name__}._generate must be called from _generate_and_score_completions")
+        if gen.edited:
+            return gen.rollout.as_trl_tuple()
         group = self.num_generations if gen.mode == "train" else self.num_generations_eval
         rollout = Rollout.from_trl(super()._generate(prompts), gen.mode, gen.rows, group)
         for component in self.components:
-            rollout = component.transform_rollout(rollout)
-        needs = [c.needs(gen.mode) for c in self.components]
+            before, rollout = rollout, component.transform_rollout(rollout)
+            rollout, changed = settle_rewrites(before, rollout, component.name)
+            _check_declared_edit(component, changed, "transform_rollout")
         gen.rollout = rollout
-        gen.observe_scoring = trl_scores_after_generation(self) and any(n.scoring_forward for n in needs)
-        gen.scoring_entropy = any(n.scoring_entropy for n in needs)
+        self._plan_scoring(gen)
         return rollout.as_trl_tuple()
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # Overrides GRPOTrainer._calculate_rewards: the components' per-completion fields join (copies of) the rows
-        # TRL builds the reward kwargs from; the gathered rewards are kept for the components' batch fields.
-        gen, fields = self._generation, {}
-        for component in self.components:
-            fields.update(component.reward_fields(gen.rollout))
-        if fields:
-            inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
-        with checked_reward_functions(self):  # for this call, a reward of the wrong type names its function
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
-        for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
-            self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
-        gen.rewards_per_func = rewards_per_func
-        return rewards_per_func
 
     # ---------------------------------------------------------------- policy forwards and loss (TRL hooks)
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -239,6 +239,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
             forward = Forward(*self._trl_forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs))
         for component in users:
             component.observe_forward(ForwardResult(call, forward))
+        gen.scoring_logps = forward.logps.detach()  # TRL's old_per_token_logps (Needs.behaviour_logps reuses them)
         return tuple(forward)
 
     def _compute_loss(self, model, inputs):
