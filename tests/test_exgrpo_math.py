@@ -226,6 +226,6 @@ def test_config_carries_the_authors_defaults_and_parses_the_options():
     assert (config.loss_type, config.scale_rewards, config.entropy_coef, config.beta, config.temperature) == (
         "dr_grpo", "none", 0.001, 0.0, 1.0)
     assert ExGRPOOptions.from_config(config) == ExGRPOOptions(replay_ratio=0.25, bucket_weighting="uniform")
-    with pytest.raises(ValueError, match="ExGRPOOptions: loss_type='sapo'"):
+    with pytest.raises(ValueError, match="ExGRPOConfig: loss_type='sapo' is not supported"):
         ExGRPOConfig(output_dir="out", bf16=False, num_generations=4, per_device_train_batch_size=8,
                      loss_type="sapo")
