@@ -423,7 +423,8 @@ class HeldoutEvaluator:
     """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`.
 
     Args:
-        trainer: a ``GRPOTrainer`` (its model, tokenizer, ``max_completion_length`` and ``grader_mode``).
+        trainer: a ``GRPOTrainer``, or the SFT baseline's ``SFTTrainer`` (its model and tokenizer, and
+            ``args.max_completion_length`` and ``args.grader_mode``).
         options: the :class:`HeldoutEvalArguments`.
         levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
 
@@ -459,7 +460,7 @@ class HeldoutEvaluator:
             model = t.accelerator.unwrap_model(t.model)
             settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
                             num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
-                            greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
+                            greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.args.max_completion_length,
                             seed=o.eval_seed, batch_size=o.eval_batch_size,
                             grader_mode=getattr(t.args, "grader_mode", "math_verify"))
             rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems)
