@@ -156,6 +156,7 @@ def test_advantages_hook_result_is_what_trl_optimises(tmp_path, smollm2_tokenize
 @pytest.mark.slow
 def test_rollout_fields_reach_the_next_component(tmp_path, smollm2_tokenizer, tiny_model):
     first, second = Recorder(mark_first_offline=True), Recorder()
+    second.name = "second"  # names key streams and row owners: two components may not share one
     _trainer(tmp_path, smollm2_tokenizer, tiny_model, [first, second], max_steps=1).train()
     assert first.seen_offline == (False,) * 4 and second.seen_offline == (True, False, False, False)
 

@@ -20,6 +20,8 @@ hook (value) -> result                    when it runs                       wha
 ``observe_forward(ForwardResult)``        after those forwards               nothing (reads log-probs, entropies)
 ``reward_fields(Rollout) -> dict``        before the reward functions        per-completion reward kwargs (``{name:
                                                                              [value per completion]}``)
+``edit_scored(ScoredRollout) -> Rollout`` after the reward functions          rows (swapped in; the driver re-scores
+                                                                             them and TRL recomputes the advantages)
 ``batch_fields(ScoredBatch) -> dict``     after TRL scored the batch         batch-first tensors added to the batch
 ``loss_batch(LossCall) -> dict``          before TRL's objective             the batch TRL's objective sees (masks)
 ``advantages(LossCall) -> Tensor``        before TRL's objective             ``[B, 1]`` or ``[B, T]`` advantages: add
@@ -73,11 +75,18 @@ class Needs:
         scoring_entropy: that forward's entropies (extra cost: one entropy per token).
         loss_forward: the policy forward of the loss; the driver then makes it itself (entropies included), runs the
             ``forward_context``/``observe_forward`` and loss hooks, and replays it to TRL's objective.
+        behaviour_logps: ``[B, T]`` log-probs of every completion token under the distribution the rollouts were
+            sampled from (the policy at rollout time, the effective sampler, every component's steering), handed to
+            :meth:`Component.edit_scored` and :meth:`Component.batch_fields` (``behaviour_logps``). The driver reuses
+            TRL's ``old_per_token_logps`` (its scoring forward after generation) when TRL makes it and its
+            distribution is the sampler's with no steering (then the two are one tensor); otherwise it makes one
+            ``ExplorationTrainer.behaviour_forward`` per generation (and one more after rows were edited).
     """
 
     scoring_forward: bool = False
     scoring_entropy: bool = False
     loss_forward: bool = False
+    behaviour_logps: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +146,9 @@ class Rollout:
         prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images: TRL's.
         offline: per row, True when the completion was not sampled from the policy in this generation (e.g. a teacher
             trajectory that replaced an online one): it has no behaviour log-probs and no route.
+        owner: per row, the :attr:`Component.name` of the component that wrote the row's completion last, or None for
+            a completion of TRL's sampler (row ownership: "Rewriting rows" in ``docs/architecture.md``). The driver
+            sets it for every row a hook changed; reward functions read it as the ``row_owner`` kwarg.
     """
 
     mode: str
@@ -151,6 +163,7 @@ class Rollout:
     images: Any
     tool_images: Any
     offline: tuple = ()
+    owner: tuple = ()
 
     TRL_FIELDS: ClassVar[tuple[str, ...]] = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs",
                                              "extra_fields", "images", "tool_images")
@@ -159,11 +172,110 @@ class Rollout:
     @classmethod
     def from_trl(cls, generated: tuple, mode: str, rows: tuple, num_generations: int) -> Rollout:
         """Wrap TRL's ``_generate`` tuple; every row starts online."""
-        return cls(mode, rows, num_generations, *generated, offline=(False,) * len(generated[1]))
+        num_rows = len(generated[1])
+        return cls(mode, rows, num_generations, *generated, offline=(False,) * num_rows, owner=(None,) * num_rows)
 
     def as_trl_tuple(self) -> tuple:
         """Back to TRL's ``_generate`` tuple."""
         return tuple(getattr(self, name) for name in self.TRL_FIELDS)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.completion_ids)
+
+    def swap_rows(self, owner: str, swaps: dict, *, logprobs: dict | None = None, extra_fields: dict | None = None,
+                  offline: bool = True) -> Rollout:
+        """A copy with the completions of some rows replaced (the one way a component should rewrite rows).
+
+        Args:
+            owner: the rewriting component's :attr:`Component.name` (becomes the rows' :attr:`owner`).
+            swaps: ``{row index: (completion_ids, completion)}``; ``completion`` as TRL's ``completions`` holds it
+                (text, or a list of messages for conversational prompts).
+            logprobs: ``{row index: [float or None per token]}``, the swapped rows' behaviour log-probs when known
+                (nats); rows not given get ``None`` per token (TRL: no importance-sampling correction for them).
+            extra_fields: ``{row index: {key: value}}`` for TRL's per-completion ``extra_fields`` (from a
+                ``rollout_func``); every per-row extra field of a swapped row not given here becomes None, so no value
+                of the replaced completion reaches the reward functions.
+            offline: the swapped rows' :attr:`offline` flag (default True: not sampled from the policy now).
+
+        Raises:
+            IndexError: a row index outside ``[0, num_rows)``.
+        """
+        logprobs, extra_fields = logprobs or {}, extra_fields or {}
+        bad = sorted(i for i in [*swaps, *logprobs, *extra_fields] if not 0 <= i < self.num_rows)
+        if bad:
+            raise IndexError(f"{owner}: rows {bad} are outside this rollout's {self.num_rows} rows")
+        ids, texts = list(self.completion_ids), list(self.completions)
+        new_logprobs = None if self.logprobs is None else list(self.logprobs)
+        tool_mask = None if self.tool_mask is None else list(self.tool_mask)
+        fields = {k: list(v) if _per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
+        offline_flags, owners = list(self.offline), list(self.owner)
+        for i, (row_ids, text) in swaps.items():
+            ids[i], texts[i] = list(row_ids), text
+            if new_logprobs is not None:
+                new_logprobs[i] = list(logprobs.get(i, [None] * len(row_ids)))
+            if tool_mask is not None:
+                tool_mask[i] = [1] * len(row_ids)
+            for key, values in fields.items():
+                if _per_row(self.extra_fields[key], self.num_rows):
+                    values[i] = extra_fields.get(i, {}).get(key)
+            offline_flags[i], owners[i] = offline, owner
+        return dataclasses.replace(self, completion_ids=ids, completions=texts, logprobs=new_logprobs,
+                                   tool_mask=tool_mask, extra_fields=fields, offline=tuple(offline_flags),
+                                   owner=tuple(owners))
+
+
+def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: bool = False) -> tuple[Rollout, list]:
+    """``(after with every rewritten row settled, indices of the rewritten rows)``: the driver's rule after a hook
+    that may rewrite rows (``transform_rollout``, ``edit_scored``) of component ``name``.
+
+    A row is rewritten when its completion ids, its completion or its owner changed. On each rewritten row: the owner
+    becomes ``name`` (unless the hook set one), ``offline`` becomes True when ``force_offline``, and every per-row
+    field of the replaced completion that the hook left as it was (the same object) is cleared: behaviour log-probs
+    to ``None`` per token, ``tool_mask`` to 1 per token, each per-row ``extra_fields`` list (TRL's ``rollout_func``
+    fields) to None at the rewritten rows.
+
+    Raises:
+        ValueError: the hook changed the number of rows or a prompt (naming the component and the row).
+    """
+    if after.num_rows != before.num_rows:
+        raise ValueError(f"component {name!r} returned {after.num_rows} rows for {before.num_rows}: a hook may "
+                         "rewrite rows, not add or drop them")
+    for i, (a, b) in enumerate(zip(after.prompt_ids, before.prompt_ids)):
+        if a is not b and list(a) != list(b):
+            raise ValueError(f"component {name!r} changed the prompt of row {i}: only completions may be rewritten")
+    def differs(a, b) -> bool:
+        return a is not b and a != b
+
+    changed = [i for i in range(before.num_rows)
+               if after.owner[i] != before.owner[i]
+               or differs(list(after.completion_ids[i]), list(before.completion_ids[i]))
+               or differs(after.completions[i], before.completions[i])]
+    if not changed:
+        return after, changed
+    owner, offline = list(after.owner), list(after.offline)
+    logprobs = None if after.logprobs is None else list(after.logprobs)
+    tool_mask = None if after.tool_mask is None else list(after.tool_mask)
+    fields = dict(after.extra_fields)
+    for key, values in before.extra_fields.items():
+        if _per_row(values, before.num_rows) and fields.get(key) is values:
+            fields[key] = [None if i in changed else v for i, v in enumerate(values)]
+    for i in changed:
+        length = len(after.completion_ids[i])
+        owner[i] = name if owner[i] == before.owner[i] else owner[i]
+        offline[i] = True if force_offline else offline[i]
+        if logprobs is not None and before.logprobs is not None and logprobs[i] is before.logprobs[i]:
+            logprobs[i] = [None] * length
+        if tool_mask is not None and before.tool_mask is not None and tool_mask[i] is before.tool_mask[i]:
+            tool_mask[i] = [1] * length
+    settled = dataclasses.replace(after, owner=tuple(owner), offline=tuple(offline), logprobs=logprobs,
+                                  tool_mask=tool_mask, extra_fields=fields)
+    return settled, changed
+
+
+def _per_row(values, num_rows: int) -> bool:
+    """An ``extra_fields`` value TRL hands out per completion (a list of one value per row); TRL broadcasts others."""
+    return isinstance(values, list) and len(values) == num_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +312,45 @@ class ForwardResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScoredRollout:
+    """A generation after the reward functions scored it, while its rows can still change
+    (:meth:`Component.edit_scored`).
+
+    Attributes:
+        mode: ``"train"`` or ``"eval"``.
+        rollout: this process's rows as they are now (``owner`` and ``offline`` current, earlier edits included).
+        rewards_per_func: ``[N, F]`` float32 rewards of every process's completions (gathered, in TRL's order; NaN =
+            the function returned None), re-scored for rows earlier ``edit_scored`` hooks changed.
+        reward_func_names: the ``F`` reward functions' names (TRL's ``reward_func_names``).
+        reward_weights: ``[F]`` their weights (TRL's ``reward_weights``).
+        process_slice: this process's rows within the ``N`` (``rows = rewards_per_func[process_slice]``).
+        behaviour_logps: ``[B, T]`` behaviour log-probs of this process's rows (nats; T the longest completion, right
+            padded with 0) when a component declares :attr:`Needs.behaviour_logps`, else None.
+    """
+
+    mode: str
+    rollout: Rollout
+    rewards_per_func: torch.Tensor
+    reward_func_names: tuple
+    reward_weights: torch.Tensor
+    process_slice: slice
+    behaviour_logps: torch.Tensor | None = None
+
+    @property
+    def local_rewards_per_func(self) -> torch.Tensor:
+        """``[B, F]``: this process's rows of :attr:`rewards_per_func`."""
+        return self.rewards_per_func[self.process_slice]
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """``[N]`` weighted sum over the functions, as TRL's ``sum_then_normalize`` forms it (``nansum``), NaN where
+        every function returned None (TRL's unscorable rows)."""
+        weights = self.reward_weights.to(self.rewards_per_func.device, self.rewards_per_func.dtype)
+        total = (self.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        return total.masked_fill(torch.isnan(self.rewards_per_func).all(dim=1), float("nan"))
+
+
+@dataclasses.dataclass(frozen=True)
 class ScoredBatch:
     """A generation after TRL scored it (:meth:`Component.batch_fields`).
 
@@ -208,13 +359,15 @@ class ScoredBatch:
         rollout: the final :class:`Rollout` (after every component's ``transform_rollout``).
         output: TRL's batch dict (``completion_ids [B, T]``, ``completion_mask``, ``advantages [B]``, ...).
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
-            ``_calculate_rewards`` returned them.
+            ``_calculate_rewards`` returned them (re-scored rows included).
+        behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
     """
 
     mode: str
     rollout: Rollout
     output: dict
     rewards_per_func: torch.Tensor
+    behaviour_logps: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +411,13 @@ class Component:
         tags: model-card tags.
         card: the method's model-card entry (a ``trl_explore.hub.MethodCard``), or None.
         console_keys: the metrics the compact console line shows (``trl_explore.reporting``; globs allowed).
+        edits_rows: True when :meth:`transform_rollout` or :meth:`edit_scored` rewrites completions (the driver
+            refuses an undeclared rewrite at the first generation).
+        follows_row_owners: True when this component's per-row state from generation (what its
+            :meth:`sampling_context`, :meth:`transform_rollout` or :meth:`observe_forward` kept) follows
+            :attr:`Rollout.owner` / :attr:`Rollout.offline` at every later hook, so a row another component rewrote
+            is recomputed or cleared. A component that keeps such state without this flag is refused at construction
+            next to a component that rewrites rows after it (the message names both).
 
     Attributes:
         trainer: the trainer, set by :meth:`setup`.
@@ -270,6 +430,8 @@ class Component:
     tags: ClassVar[tuple[str, ...]] = ()
     card: ClassVar[Any] = None
     console_keys: ClassVar[tuple[str, ...]] = ()
+    edits_rows: ClassVar[bool] = False
+    follows_row_owners: ClassVar[bool] = False
 
     def __init__(self, options=None):
         self.options = options
@@ -293,6 +455,13 @@ class Component:
         self.trainer = trainer
 
     # ---------------------------------------------------------------- declarations and services
+    def generator(self, *terms: int) -> torch.Generator:
+        """This component's random generator for this step's draws: ``trainer.step_generator(*terms,
+        stream=self.name)``, a function of ``args.seed``, the optimizer step, ``terms`` (in order) and this component's
+        name only. Two components never share a stream, adding a component does not change another's draws, and the
+        draws replay exactly after a resume (the step is in the seed)."""
+        return self.trainer.step_generator(*terms, stream=self.name)
+
     def needs(self, mode: str) -> Needs:
         """The policy forwards this component reads in ``mode`` (read by the driver after each rollout transform and
         at each loss)."""
@@ -323,6 +492,26 @@ class Component:
         """Per-completion values for the reward functions' kwargs (names in :attr:`reward_field_names`)."""
         return {}
 
+    def edit_scored(self, scored: ScoredRollout) -> Rollout:
+        """After the reward functions, before the advantages: swap rows, knowing every row's rewards.
+
+        Return ``scored.rollout`` (nothing changes) or a copy with rows rewritten, best through
+        :meth:`Rollout.swap_rows` (``scored.rollout.swap_rows(self.name, {i: (ids, text)})``); set
+        :attr:`edits_rows`. Only this process's rows can change, and only their completions (never the prompt). The
+        driver then, for the changed rows only: marks them ``offline`` and owned by this component; clears the
+        per-row fields of the replaced completion (behaviour log-probs, ``tool_mask``, TRL's ``extra_fields`` from a
+        ``rollout_func``) that the hook did not supply; asks every component's :meth:`reward_fields` again (on the
+        new rollout) and scores the changed rows with every reward function, reward models included (TRL's own
+        ``_calculate_rewards`` on those rows); then the next component's ``edit_scored`` sees the new rewards. When
+        any process changed a row, TRL's ``_generate_and_score_completions`` runs again on the final rows with
+        these rewards (no new sampling, no reward call): TRL pads them, makes its no-grad forwards (old and
+        reference log-probs, the ``scoring`` forward hooks) and computes the advantages its own way.
+
+        Runs on every process in list order; it must return on every process (a component may keep rows on one
+        process and swap on another). Groups may span processes: ``scored.rewards_per_func`` holds all of them.
+        """
+        return scored.rollout
+
     def batch_fields(self, batch: ScoredBatch) -> dict[str, torch.Tensor]:
         """Batch-first tensors (or lists of length B) added to the training batch; they survive TRL's shuffling and
         splitting into micro-batches."""
@@ -351,6 +540,65 @@ class Component:
 
     def load(self, checkpoint: str) -> None:
         """Restore this component's state from a checkpoint folder (on resume)."""
+
+
+_GENERATION_STATE_HOOKS = ("sampling_context", "transform_rollout", "observe_forward", "behaviour_context")
+"""Hooks whose overrides leave a component with per-row state from generation (routes, recorded values)."""
+
+
+def _overrides(component, hook: str) -> bool:
+    return getattr(type(component), hook) is not getattr(Component, hook)
+
+
+def check_row_owners(components) -> None:
+    """Refuse a component list in which a component rewrites rows (``edits_rows``) that another one holds per-row
+    state about without following row ownership (``follows_row_owners``).
+
+    The rows another component rewrites in ``transform_rollout`` after it (later in the list) or in ``edit_scored``
+    (after every component's generation hooks) would keep that state from the replaced completion: a steered route,
+    behaviour log-probs, values recorded while sampling. Per-row values a component computes only in ``reward_fields``
+    or ``batch_fields`` are asked again after an edit and need no flag.
+
+    Raises:
+        ValueError: naming both components and the two ways out.
+    """
+    components = list(components)
+    for e, editor in enumerate(components):
+        if not editor.edits_rows:
+            continue
+        late = _overrides(editor, "edit_scored")
+        for c, other in enumerate(components):
+            if other is editor or other.follows_row_owners:
+                continue
+            stateful = [hook for hook in _GENERATION_STATE_HOOKS if _overrides(other, hook)]
+            if stateful and (late or c < e):
+                raise ValueError(
+                    f"component {editor.name!r} rewrites rows after component {other.name!r} kept per-row state about "
+                    f"them (its {', '.join(stateful)}), and {other.name!r} does not declare follows_row_owners = "
+                    f"True. Make {other.name!r} read Rollout.owner / Rollout.offline at each hook and set the flag, "
+                    f"or place {other.name!r} after {editor.name!r} (rewrites in transform_rollout only)"
+                )
+
+
+def check_component_fields(components, reserved: tuple = ()) -> None:
+    """Refuse two components that declare the same reward field (``reward_field_names``), or a declared field that is
+    one of TRL's own reward kwargs (``reserved``); the driver refuses undeclared collisions when the values arrive
+    (``reward_fields`` and ``batch_fields`` keys, against each other and TRL's batch keys).
+
+    Raises:
+        ValueError: naming both components (or the component and TRL) and the field.
+    """
+    owners: dict[str, str] = dict.fromkeys(reserved, "TRL")
+    names = [c.name for c in components]
+    for name in {n for n in names if names.count(n) > 1}:
+        raise ValueError(f"two components are named {name!r}: names key metrics, random streams and row owners")
+    for component in components:
+        for key in component.reward_field_names:
+            if key in owners:
+                party = "TRL's reward kwargs" if owners[key] == "TRL" else f"component {owners[key]!r}"
+                raise ValueError(f"field name collision: component {component.name!r} declares reward field {key!r}, "
+                                 f"which {party} declares already; rename one of them")
+            owners[key] = component.name
 
 
 def phase(trainer, name: str):

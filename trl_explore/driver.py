@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 
 import torch
@@ -26,6 +27,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from trl_explore.components import (
+    Component,
     Forward,
     ForwardCall,
     ForwardResult,
@@ -33,7 +35,11 @@ from trl_explore.components import (
     Rollout,
     SamplingCall,
     ScoredBatch,
+    ScoredRollout,
     TrainerPlan,
+    check_component_fields,
+    check_row_owners,
+    settle_rewrites,
 )
 from trl_explore.config import ExplorationConfig, default_verifier
 from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
@@ -42,13 +48,25 @@ from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions, not_scored_counts
+from trl_explore.rewards.checks import (
+    check_column_clash,
+    check_finite_rewards,
+    checked_reward_functions,
+    not_scored_counts,
+)
 from trl_explore.rows import check_datasets, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
+
+
+def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
+    """A 63-bit seed, a function of all four values in order (SHA-256 of their text): distinct streams, terms in a
+    different order or a different step give unrelated draws (a sum would not: ``(a, b)`` and ``(b, a)`` coincide)."""
+    text = repr((int(seed), int(step), tuple(int(t) for t in terms), str(stream)))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
 class _StepEnd(TrainerCallback):
@@ -77,6 +95,58 @@ class _Generation:
     observe_scoring: bool = False
     scoring_entropy: bool = False
     rewards_per_func: torch.Tensor | None = None
+    edited: bool = False  # rows changed in edit_scored: TRL's scoring runs again on the final rows
+    scoring_logps: torch.Tensor | None = None  # [B, T] TRL's old_per_token_logps of the current rows, when kept
+    behaviour_logps: torch.Tensor | None = None  # [B, T] of the current rows (Needs.behaviour_logps)
+
+
+class _RowsEdited(Exception):
+    """Raised through TRL's ``_generate_and_score_completions`` after ``edit_scored`` changed rows on some process:
+    the driver runs it again on the final rows (see ``ExplorationTrainer._generate_and_score_completions``)."""
+
+
+ROW_OWNER = "row_owner"
+"""The reward kwarg holding each completion's :attr:`Rollout.owner` (None: TRL's sampler), passed when a component
+rewrites rows (``Component.edits_rows``)."""
+
+TRL_REWARD_KWARGS = ("prompt", "prompts", "completion", "completions", "completion_ids", "trainer_state", "log_extra",
+                     "log_metric", "environments")
+"""Keyword arguments TRL's ``_calculate_rewards`` passes to every reward function itself: no component field may take
+one of these names."""
+
+
+@contextlib.contextmanager
+def _local_reward_gather():
+    """TRL's ``_calculate_rewards`` ends with ``gather(rewards_per_func)`` (module ``trl.trainer.grpo_trainer``): for
+    the re-scoring of a few rewritten rows (a number that differs between processes) it returns this process's rows;
+    the driver gathers the full tensor itself afterwards."""
+    import trl.trainer.grpo_trainer as grpo
+
+    gather = grpo.gather
+    grpo.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo.gather = gather
+
+
+def _check_new_keys(fields: dict, sources: dict, name: str, hook: str) -> None:
+    """Record ``fields``' keys as given by component ``name``; a key some other party gave already is refused."""
+    for key in fields:
+        if key in sources:
+            raise ValueError(f"field name collision: {hook} of component {name!r} returns {key!r}, which "
+                             f"{sources[key] if sources[key] in _TRL_SOURCES else 'component ' + repr(sources[key])} "
+                             "gives already; rename one of them")
+        sources[key] = name
+
+
+_TRL_SOURCES = ("GRPOTrainer", "TRL's reward kwargs", "TRL's rollout_func extra_fields")
+
+
+def _check_declared_edit(component, changed: list, hook: str) -> None:
+    if changed and not component.edits_rows:
+        raise RuntimeError(f"{hook} of component {component.name!r} rewrote rows {changed[:8]} but the component does "
+                           "not declare edits_rows = True (needed for the construction checks of row ownership)")
 
 
 class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer):
@@ -111,9 +181,14 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
         plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs,
                            default_rewards=default_rewards)
         self.components = tuple(components)
+        check_component_fields(self.components, TRL_REWARD_KWARGS)  # two components, one field name: refused
+        check_row_owners(self.components)  # per-row state another component rewrites after it: refused
         for component in self.components:
             plan = component.prepare(plan)
         check_datasets(plan, self.components)
+        if any(c.edits_rows for c in self.components):
+            check_column_clash({"train_dataset": plan.train_dataset, "eval_dataset": plan.eval_dataset},
+                               [type("ExplorationTrainer", (), {"reward_field_names": (ROW_OWNER,)})()])
         eager = True if plan.args.use_vllm and getattr(plan.args, "vllm_enforce_eager", False) else None
         with _enter(contextlib.ExitStack(), [*plan.init_contexts, engine_options(enforce_eager=eager)]):
             super().__init__(plan.model, plan.reward_funcs, args=plan.args, train_dataset=plan.train_dataset,
@@ -146,11 +221,13 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def _mode(self) -> str:
         return "train" if self.model.training else "eval"
 
-    def step_generator(self, *terms: int) -> torch.Generator:
-        """The random generator of this step's draws (replacement, routes): a function of ``args.seed``, the
-        optimizer step and ``terms`` (process index, micro-step), so the draws replay exactly after a resume."""
-        seed = self.args.seed * 1_000_003 + self.state.global_step * 1_009 + sum(terms)
-        return torch.Generator().manual_seed(seed)
+    def step_generator(self, *terms: int, stream: str = "") -> torch.Generator:
+        """The random generator of this step's draws: a function of ``args.seed``, the optimizer step, ``terms``
+        (process index, micro-step; their order counts) and ``stream`` (a component's :attr:`Component.name`: see
+        ``Component.generator``), so the draws replay exactly after a resume and two streams never coincide.
+
+        The seed is the first 8 bytes of SHA-256 of the values' text (``stream_seed``)."""
+        return torch.Generator().manual_seed(stream_seed(self.args.seed, self.state.global_step, terms, stream))
 
     def behaviour_context(self, mode: str) -> contextlib.ExitStack:
         """A context reproducing the sampling distribution of the current rollouts (the components' steering)."""
@@ -160,15 +237,27 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def _generate_and_score_completions(self, inputs):
         # Overrides GRPOTrainer._generate_and_score_completions: hands the rows to the components (TRL's `_generate`
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
+        # When an `edit_scored` hook changed rows, TRL's method runs a second time on the final rows (`_generate` and
+        # `_calculate_rewards` then return them and their rewards): TRL pads, scores and computes the advantages its
+        # own way, and no line of it is copied here.
         self._generation = gen = _Generation(self._mode(), tuple(inputs))
         if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
             where = f"this process's {gen.mode} generation batch"
             self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
         try:
-            output = super()._generate_and_score_completions(inputs)
-            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func)
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            except _RowsEdited:
+                gen.edited = True
+                self._plan_scoring(gen)
+                output = super()._generate_and_score_completions(inputs)
+            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
+                                 self._behaviour_logps(gen, output))
+            sources = dict.fromkeys(output, "GRPOTrainer")
             for component in self.components:
-                output.update(component.batch_fields(scored))
+                fields = component.batch_fields(scored)
+                _check_new_keys(fields, sources, component.name, "batch_fields")
+                output.update(fields)
         finally:
             self._generation = None
         return output
@@ -186,35 +275,127 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
 
     def _generate(self, prompts):
         # Overrides GRPOTrainer._generate: the components transform the finished rollouts (e.g. group replacement)
-        # before TRL pads, scores and rewards them.
+        # before TRL pads, scores and rewards them; the second pass after `edit_scored` returns the final rows.
         gen = self._generation
         if gen is None or len(gen.rows) != len(prompts):
             raise RuntimeError(f"{type(self).__name__}._generate must be called from _generate_and_score_completions")
+        if gen.edited:
+            return gen.rollout.as_trl_tuple()
         group = self.num_generations if gen.mode == "train" else self.num_generations_eval
         rollout = Rollout.from_trl(super()._generate(prompts), gen.mode, gen.rows, group)
         for component in self.components:
-            rollout = component.transform_rollout(rollout)
-        needs = [c.needs(gen.mode) for c in self.components]
+            before, rollout = rollout, component.transform_rollout(rollout)
+            rollout, changed = settle_rewrites(before, rollout, component.name)
+            _check_declared_edit(component, changed, "transform_rollout")
         gen.rollout = rollout
-        gen.observe_scoring = trl_scores_after_generation(self) and any(n.scoring_forward for n in needs)
-        gen.scoring_entropy = any(n.scoring_entropy for n in needs)
+        self._plan_scoring(gen)
         return rollout.as_trl_tuple()
+
+    def _plan_scoring(self, gen: _Generation) -> None:
+        """Whether the driver observes TRL's scoring forward of the current rows (components' needs)."""
+        needs = [c.needs(gen.mode) for c in self.components]
+        scores = trl_scores_after_generation(self)
+        gen.observe_scoring = scores and any(n.scoring_forward or n.behaviour_logps for n in needs)
+        gen.scoring_entropy = any(n.scoring_entropy for n in needs)
+        gen.scoring_logps = gen.behaviour_logps = None
+
+    def _reward_inputs(self, gen: _Generation, inputs: list) -> list:
+        """Copies of TRL's reward rows with the components' per-completion fields (and ``row_owner``) added."""
+        fields, sources = {}, dict.fromkeys(TRL_REWARD_KWARGS, "TRL's reward kwargs")
+        sources.update(dict.fromkeys(gen.rollout.extra_fields, "TRL's rollout_func extra_fields"))
+        for component in self.components:
+            new = component.reward_fields(gen.rollout)
+            _check_new_keys(new, sources, component.name, "reward_fields")
+            fields.update(new)
+        if any(c.edits_rows for c in self.components):
+            fields[ROW_OWNER] = list(gen.rollout.owner)
+        extra = gen.rollout.extra_fields  # TRL merged these into `inputs` already: the same values unless rewritten
+        if not fields and not extra:
+            return inputs
+        rows = []
+        for i, row in enumerate(inputs):
+            row = {**row, **{k: v[i] for k, v in fields.items()}}
+            for key, values in extra.items():  # TRL's merge of rollout_func fields, from the rows as they are now
+                if isinstance(values, list) and i < len(values):
+                    row[key] = values[i]
+                elif not isinstance(values, list):
+                    row[key] = values
+            rows.append(row)
+        return rows
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Overrides GRPOTrainer._calculate_rewards: the components' per-completion fields join (copies of) the rows
-        # TRL builds the reward kwargs from; the gathered rewards are kept for the components' batch fields.
-        gen, fields = self._generation, {}
-        for component in self.components:
-            fields.update(component.reward_fields(gen.rollout))
-        if fields:
-            inputs = [{**row, **{k: v[i] for k, v in fields.items()}} for i, row in enumerate(inputs)]
-        with checked_reward_functions(self):  # for this call, a reward of the wrong type names its function
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
+        # TRL builds the reward kwargs from; then the `edit_scored` hooks (rows re-scored after each edit); the
+        # gathered rewards are kept for the components' batch fields. The second pass returns the final rewards.
+        gen = self._generation
+        if gen.edited:
+            rewards_per_func = gen.rewards_per_func
+        else:
+            with checked_reward_functions(self):  # for this call, a reward of the wrong type names its function
+                rewards_per_func = super()._calculate_rewards(self._reward_inputs(gen, inputs), prompts, completions,
+                                                              completion_ids_list)
+            check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
+            gen.rewards_per_func = rewards_per_func
+            if self._edit_scored(gen, inputs, prompts):
+                raise _RowsEdited
         for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
             self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
-        gen.rewards_per_func = rewards_per_func
         return rewards_per_func
+
+    def _edit_scored(self, gen: _Generation, inputs: list, prompts: list) -> bool:
+        """Every component's ``edit_scored`` in list order; after each that changed a row on some process, the changed
+        rows are scored again (every reward function, TRL's ``_calculate_rewards`` on those rows) and the gathered
+        rewards updated. Returns whether any row changed."""
+        editors = [c for c in self.components if type(c).edit_scored is not Component.edit_scored]
+        if not editors:
+            return False
+        num_local = gen.rollout.num_rows
+        process_slice = slice(self.accelerator.process_index * num_local,
+                              (self.accelerator.process_index + 1) * num_local)
+        weights = torch.as_tensor(self.reward_weights, dtype=torch.float32).cpu()
+        edited = False
+        for component in editors:
+            scored = ScoredRollout(gen.mode, gen.rollout, gen.rewards_per_func, tuple(self.reward_func_names),
+                                   weights, process_slice, self._behaviour_logps(gen))
+            before = gen.rollout
+            rollout, changed = settle_rewrites(before, component.edit_scored(scored), component.name,
+                                               force_offline=True)
+            _check_declared_edit(component, changed, "edit_scored")
+            count = torch.tensor([len(changed)], device=self.accelerator.device)
+            if self.accelerator.gather(count).sum().item() == 0:
+                continue
+            edited, gen.rollout = True, rollout
+            gen.scoring_logps = gen.behaviour_logps = None  # of the rows before the edit
+            local = gen.rewards_per_func[process_slice].clone()
+            if changed:
+                rows = [self._reward_inputs(gen, inputs)[i] for i in changed]  # fields asked again, new rollout
+                with checked_reward_functions(self), _local_reward_gather():
+                    local[changed] = super()._calculate_rewards(
+                        rows, [prompts[i] for i in changed], [rollout.completions[i] for i in changed],
+                        [rollout.completion_ids[i] for i in changed]).to(local.device)
+                check_finite_rewards(local, self.reward_func_names)
+            gen.rewards_per_func = self.accelerator.gather(local)
+        return edited
+
+    def _behaviour_logps(self, gen: _Generation, output: dict | None = None) -> torch.Tensor | None:
+        """``[B, T]`` behaviour log-probs of the current rows (``Needs.behaviour_logps``), or None when no component
+        needs them: TRL's scoring forward when it is the sampling distribution (no steering, the sampler's settings
+        are TRL's), else one ``behaviour_forward``; kept for the generation until rows change."""
+        if not any(c.needs(gen.mode).behaviour_logps for c in self.components):
+            return None
+        if gen.behaviour_logps is None:
+            rollout = gen.rollout
+            width = max((len(c) for c in rollout.completion_ids), default=0)
+            reusable = gen.scoring_logps is not None and self.sampler.matches_trl(self.temperature) and not any(
+                c.behaviour_context(gen.mode) is not None for c in self.components)
+            if reusable:
+                logps = gen.scoring_logps[:, :width]
+            else:
+                logps = self.behaviour_forward(gen.mode, rollout.prompt_ids, rollout.completion_ids).logps[:, :width]
+            lengths = torch.tensor([len(c) for c in rollout.completion_ids], device=logps.device)
+            pad = torch.arange(logps.size(1), device=logps.device)[None, :] >= lengths[:, None]
+            gen.behaviour_logps = logps.masked_fill(pad, 0.0)
+        return gen.behaviour_logps
 
     # ---------------------------------------------------------------- policy forwards and loss (TRL hooks)
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -239,6 +420,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
             forward = Forward(*self._trl_forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs))
         for component in users:
             component.observe_forward(ForwardResult(call, forward))
+        gen.scoring_logps = forward.logps.detach()  # TRL's old_per_token_logps (Needs.behaviour_logps reuses them)
         return tuple(forward)
 
     def _compute_loss(self, model, inputs):

@@ -100,11 +100,18 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         'output["sampling_per_token_logps"] = sampling_per_token_logps',
         "generate_every = self.args.steps_per_generation * self.num_iterations",
         "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]",
+        # edit_scored: a second run of the method on the final rows reads the rows (rollout_func fields merged into
+        # `inputs`) and computes the advantages from `_calculate_rewards`'s return value only
+        "inp[key] = values[i]",
+        "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)",
     ),
     # MathVerifyReward reads the calling trainer's EOS ids through the bound `log_metric` it is passed, and counts a
     # completion as ended with the ids TRL's `mask_truncated_completions` counts (the `eos_and_pad` line below); the
     # driver hands TRL checked reward functions for the call: TRL reads the list then
-    "_calculate_rewards": ("keys = [key for key in inputs[0] if key not in",
+    # the re-scoring of rows an `edit_scored` hook rewrote: TRL's own method on those rows, its final gather made local
+    # (driver._local_reward_gather); the rewards it returns are all that TRL's advantages are computed from
+    "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",
+                           "keys = [key for key in inputs[0] if key not in",
                            'reward_kwargs["log_metric"] = self._log_metric',
                            "zip(self.reward_funcs, self.reward_processing_classes, self.reward_func_names"),
     # TRL writes its entropy-controller state after Trainer's checkpoint, inside the driver's completion record

@@ -76,6 +76,7 @@ class ASEComponent(Component):
     options_class = ASEOptions
     tags = ("ase-grpo", "activation-steering")
     card = ASE_CARD  # the model card's entry (trl_explore.hub)
+    follows_row_owners = True  # routes, offsets and behaviour log-probs follow Rollout.owner / Rollout.offline
     console_keys = ("ase/num_pairs", "ase/answer_disagreement", "ase/route_*_accuracy", "ase/is_weight_mean")
 
     def __init__(self, options: ASEOptions | None = None, bank: SteeringVectorBank | None = None):
@@ -169,7 +170,7 @@ class ASEComponent(Component):
         t = self.trainer
         micro_step = t._step % t.args.gradient_accumulation_steps
         return plan_routes(self.bank, self.options, num_rows, num_generations, t.accelerator.num_processes,
-                           t.accelerator.process_index, t.step_generator(micro_step))
+                           t.accelerator.process_index, self.generator(micro_step))
 
     @contextlib.contextmanager
     def sampling_context(self, call):
@@ -227,13 +228,20 @@ class ASEComponent(Component):
         if recorder is not None:  # HF: the steered behaviour log-probs of the sampled rows (none for offline rows)
             rollout = dataclasses.replace(rollout, logprobs=recorder.per_completion(rollout.completion_ids,
                                                                                    skip=rollout.offline))
-        if any(rollout.offline):  # rows not sampled from the policy (e.g. teacher trajectories): no route, no offset
-            offline = torch.tensor(rollout.offline, dtype=torch.bool)
-            offsets = None if self.rollout.offsets is None else self.rollout.offsets.masked_fill(offline[:, None], 0.0)
-            routes = self.rollout.routes.masked_fill(offline, OFFLINE_ROUTE)
-            self.rollout = dataclasses.replace(self.rollout, routes=routes, offsets=offsets)
+        self._follow_rewrites(rollout)
         self.trainer._log_completion_extra("route", self.rollout.routes.tolist())  # a log_completions column
         return rollout
+
+    def _follow_rewrites(self, rollout) -> None:
+        """Rows not sampled under their route (offline, e.g. teacher trajectories, or rewritten by any component,
+        before or after ASE: ``Rollout.owner``) take the offline route and no steering offset."""
+        rewritten = [off or owner is not None for off, owner in zip(rollout.offline, rollout.owner or
+                                                                     (None,) * len(rollout.offline))]
+        if any(rewritten):
+            mask = torch.tensor(rewritten, dtype=torch.bool)
+            offsets = None if self.rollout.offsets is None else self.rollout.offsets.masked_fill(mask[:, None], 0.0)
+            routes = self.rollout.routes.masked_fill(mask, OFFLINE_ROUTE)
+            self.rollout = dataclasses.replace(self.rollout, routes=routes, offsets=offsets)
 
     # ---------------------------------------------------------------- forwards
     def _readouts(self, call) -> BlockReadouts:
@@ -290,6 +298,7 @@ class ASEComponent(Component):
             self._warned_unscored = True
             if t.accelerator.is_main_process:
                 logger.warning(unscored)
+        self._follow_rewrites(batch.rollout)  # rows rewritten after transform_rollout (edit_scored, later components)
         device, routes, num_rows = t.accelerator.device, self.rollout.routes, output["completion_ids"].shape[0]
         self._log_route_diagnostics(mode, routes, correct, batch.rollout.completions)
         if self._collects_readouts(mode):

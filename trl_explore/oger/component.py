@@ -77,6 +77,8 @@ class OGERComponent(Component):
     reward_field_names = fields.REWARD_FIELDS
     tags = ("oger",)
     card = OGER_CARD  # the model card's entry (trl_explore.hub)
+    edits_rows = True  # teacher trajectories replace online rows in transform_rollout
+    follows_row_owners = True  # reward_fields and batch_fields read Rollout.owner / Rollout.offline
     console_keys = ("oger/reward_mean", "oger/failed_ratio", "oger/divergence_mean", "oger/offline_token_prob_mean")
 
     def __init__(self, options: OGEROptions | None = None, encoder: TrajectoryEncoder | None = None):
@@ -244,24 +246,30 @@ class OGERComponent(Component):
         logprobs = None if rollout.logprobs is None else list(rollout.logprobs)
         tool_mask = None if rollout.tool_mask is None else list(rollout.tool_mask)
         num_rows = len(completion_ids)
-        rng = t.step_generator(t.accelerator.process_index)
+        rng = self.generator(t.accelerator.process_index)  # OGER's own stream (Component.generator)
         is_offline, teacher = [False] * num_rows, [None] * num_rows
         div_values = [0.0] * num_rows
         entropy_values = entropy.tolist() if entropy is not None else [None] * num_rows
+        for i, rewritten in enumerate(rollout.offline):  # rows an earlier component replaced: not OGER's to score
+            if rewritten:
+                div_values[i] = entropy_values[i] = None
         num_truncated = 0
         for start in range(0, num_rows, group_size):
             group = range(start, start + group_size)
             offline_texts, teachers, offline_emb = self.offline_for_group(rows, group, need_div)
             if not offline_texts:
                 continue  # no teacher for this prompt: all N online completions are kept
+            online = [j for j in range(group_size) if not rollout.offline[start + j]]  # candidates: online rows
             if need_div:
                 d = divergence(online_emb[start : start + group_size], offline_emb)
             else:
                 d = torch.zeros(group_size)
             if need_div:
-                div_values[start : start + group_size] = d.tolist()
-            chosen = select_replacements(d, num_replace, opts.replacement_rule, rng)
-            for local, j in zip(chosen.tolist(), sample_offline_indices(len(offline_texts), len(chosen), rng)):
+                for j in online:
+                    div_values[start + j] = d[j].item()
+            picked = select_replacements(d[online], min(num_replace, len(online)), opts.replacement_rule, rng)
+            chosen = [online[j] for j in picked.tolist()]
+            for local, j in zip(chosen, sample_offline_indices(len(offline_texts), len(chosen), rng)):
                 i = start + local
                 completion_ids[i], completions[i], cut = teacher_completion(
                     offline_texts[j], t._tokenizer, t.processing_class, t.max_completion_length,
@@ -294,12 +302,25 @@ class OGERComponent(Component):
         self._log_generation_metrics()
 
     def reward_fields(self, rollout):
+        """OGER's per-completion values, following row ownership: a row OGER replaced is offline with its teacher; a
+        row another component rewrote (before or after OGER) has no divergence and no H_last (OGER computed them of
+        the completion it replaced, or not at all) and is offline when ``Rollout.offline`` says so, so
+        ``OGERRewardFunction`` gives it 0 when offline."""
         gen = self.generation
-        return {fields.IS_OFFLINE: list(gen.is_offline), fields.TEACHER: list(gen.teacher),
-                fields.DIVERGENCE: list(gen.divergence), fields.LAST_TOKEN_ENTROPY: list(gen.entropy)}
+        own = [owner == self.name for owner in rollout.owner]
+        kept = [owner is None for owner in rollout.owner]  # TRL's sample, untouched since OGER read it
+        return {
+            fields.IS_OFFLINE: [bool(o) or off for o, off in zip(own, rollout.offline)],
+            fields.TEACHER: [t if o else None for t, o in zip(gen.teacher, own)],
+            fields.DIVERGENCE: [d if k else None for d, k in zip(gen.divergence, kept)],
+            fields.LAST_TOKEN_ENTROPY: [h if k else None for h, k in zip(gen.entropy, kept)],
+        }
 
     def batch_fields(self, batch):
-        return {"is_offline": torch.tensor(self.generation.is_offline, device=self.trainer.accelerator.device)}
+        """``is_offline``: the rows OGER replaced with a teacher trajectory and trains by policy shaping (rows other
+        components rewrote stay with them)."""
+        own = [owner == self.name for owner in batch.rollout.owner]
+        return {"is_offline": torch.tensor(own, dtype=torch.bool, device=self.trainer.accelerator.device)}
 
     def _log_generation_metrics(self) -> None:
         gen, t = self.generation, self.trainer
