@@ -8,8 +8,10 @@ first access (the config imports TRL).
 from trl_explore.lazy import lazy_exports
 
 _LAZY = {
+    "ExGRPOComponent": "trl_explore.exgrpo.component",
     "ExGRPOConfig": "trl_explore.exgrpo.config",
     "ExGRPOOptions": "trl_explore.exgrpo.options",
+    "ExGRPOTrainer": "trl_explore.exgrpo.trainer",
     "ExperienceBuffer": "trl_explore.exgrpo.buffer",
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,0 +1,103 @@
+"""ExGRPO in a training run (tiny policy, parity verifier): replayed rows reach TRL's objective with their corrected
+advantages, the buffer follows the paper's rules, and a run with a non-empty buffer resumes exactly."""
+
+import json
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from trl_explore.exgrpo.experience import replay_advantage_scale
+from trl_explore.testing import doubling_dataset, parity_reward, tiny_training_args
+
+
+def _trainer(tmp_path, model, tokenizer, **overrides):
+    from trl_explore import ExGRPOConfig, ExGRPOTrainer
+
+    # 2 prompts, both in every step (2 groups of 4): revisits from the second step; replay starts after the first
+    # step with any correct rollout and goes to every group whose prompt the buffer holds
+    args = ExGRPOConfig(**tiny_training_args(tmp_path, **{
+        "per_device_train_batch_size": 8, "max_steps": 4, "replay_start_pass_rate": 0.0, "replay_ratio": 1.0,
+        "seed": 1, **overrides}))  # seed 1: a replayed row with a non-zero advantage, a non-empty buffer at step 3
+    return ExGRPOTrainer(model, reward_funcs=[parity_reward], args=args, train_dataset=doubling_dataset(2),
+                         processing_class=tokenizer)
+
+
+def _token_logps(model, batch, temperature):
+    """An independent no-grad forward: log-probs of the completion tokens (TRL's softmax(logits / T))."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, -batch["completion_ids"].size(1) - 1: -1]
+    logps = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logps.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.slow
+def test_trl_objective_receives_the_replayed_rows_corrected_advantages(tmp_path, smollm2_tokenizer, make_tiny_lm,
+                                                                       monkeypatch):
+    trainer = _trainer(tmp_path, make_tiny_lm(), smollm2_tokenizer)
+    stored = []  # (prompt id -> stored completion ids) at each generation, before the buffer update
+    checked = []
+    objective = GRPOTrainer._compute_loss
+
+    def spy(self, model, batch):  # TRL's objective, called by the driver with its batch copy
+        if model.training:
+            checked.append((batch["advantages"].clone(), _token_logps(model, batch, self.temperature)))
+        return objective(self, model, batch)
+
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", spy)
+    arrived = []
+    driver_loss = trainer._compute_loss
+    trainer._compute_loss = lambda model, inputs: arrived.append(dict(inputs)) or driver_loss(model, inputs)
+    component = trainer.exgrpo
+    edit = component.edit_scored
+
+    def remember(scored):
+        stored.append({k: {t.completion_ids for t in component.buffer.trajectories(k)} for k in component.buffer.keys()})
+        return edit(scored)
+
+    component.edit_scored = remember
+    trainer.train()
+
+    assert trainer.state.global_step == 4 and len(checked) == 4
+    replayed_batches = corrected_rows = 0
+    for step, ((advantages, logps), batch) in enumerate(zip(checked, arrived)):
+        replayed = batch["exgrpo_replayed"]
+        mask = batch["completion_mask"].bool()
+        base = batch["advantages"].unsqueeze(1).expand_as(mask)
+        got = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).expand_as(mask)
+        assert torch.equal(got[~replayed][mask[~replayed]], base[~replayed][mask[~replayed]])  # on-policy: as TRL's
+        if not replayed.any():
+            continue
+        replayed_batches += 1
+        assert replayed.sum() <= 2  # at most one replayed row per group (TRL shuffled the rows)
+        old = batch.get("old_per_token_logps")
+        old = logps if old is None else old
+        scale = replay_advantage_scale(logps, batch["exgrpo_behaviour_logps"], old, 0.1)
+        expected = base * scale
+        m = mask & replayed[:, None]
+        assert torch.allclose(got[m], expected[m], rtol=1e-4, atol=1e-7)
+        corrected_rows += int((base[m] != 0).any())
+        for row in torch.nonzero(replayed).flatten().tolist():  # a stored trajectory of that row's prompt
+            ids = tuple(batch["completion_ids"][row][mask[row]].tolist())
+            assert any(ids == s for prompt in stored[step].values() for s in prompt)
+    assert replayed_batches >= 1 and corrected_rows >= 1  # replay happened, with a non-zero advantage to correct
+    history = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert history["exgrpo/started"] == 1.0 and history["exgrpo/buffer_prompts"] >= 1
+
+
+@pytest.mark.slow
+def test_resume_with_a_non_empty_buffer_is_exact(tmp_path, smollm2_tokenizer, make_tiny_lm):
+    full = _trainer(tmp_path / "full", make_tiny_lm(), smollm2_tokenizer, save_strategy="steps", save_steps=1)
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-3"
+    saved = json.loads((checkpoint / "exgrpo" / "buffer.json").read_text())
+    assert saved["started"] and saved["entries"], "the buffer at the checkpoint must be non-empty"
+    resumed = _trainer(tmp_path / "resumed", make_tiny_lm(seed=1), smollm2_tokenizer)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    for (name, a), b in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b), name
+    losses = [{e["step"]: e["loss"] for e in t.state.log_history if "loss" in e} for t in (full, resumed)]
+    assert losses[0][4] == losses[1][4]
+    assert full.exgrpo.buffer.state_dict() == resumed.exgrpo.buffer.state_dict()
