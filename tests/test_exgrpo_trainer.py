@@ -54,7 +54,8 @@ def test_trl_objective_receives_the_replayed_rows_corrected_advantages(tmp_path,
     edit = component.edit_scored
 
     def remember(scored):
-        stored.append({k: {t.completion_ids for t in component.buffer.trajectories(k)} for k in component.buffer.keys()})
+        buffer = component.buffer
+        stored.append({k: {t.completion_ids for t in buffer.trajectories(k)} for k in buffer.keys()})
         return edit(scored)
 
     component.edit_scored = remember
