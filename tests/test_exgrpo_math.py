@@ -229,3 +229,13 @@ def test_config_carries_the_authors_defaults_and_parses_the_options():
     with pytest.raises(ValueError, match="ExGRPOConfig: loss_type='sapo' is not supported"):
         ExGRPOConfig(output_dir="out", bf16=False, num_generations=4, per_device_train_batch_size=8,
                      loss_type="sapo")
+
+
+def test_card_lists_fields_of_the_config():
+    import dataclasses
+
+    from trl_explore.exgrpo import ExGRPOComponent, ExGRPOConfig
+
+    card = ExGRPOComponent.card
+    assert card.paper_url == "https://arxiv.org/abs/2510.02245" and "2510.02245" in card.citation
+    assert set(card.hyperparameters) <= {f.name for f in dataclasses.fields(ExGRPOConfig)}

@@ -20,6 +20,10 @@ def _parse(recipe, load_script):
         ("train_oger", OGERConfig) if recipe.name.startswith("oger") else ("train_ase_grpo", ASEConfig))
     if recipe.name.startswith("sft"):
         name, config = "train_sft", SFTBaselineConfig
+    if recipe.name.startswith("exgrpo"):
+        from trl_explore import ExGRPOConfig
+
+        name, config = "train_exgrpo", ExGRPOConfig
     script = load_script(f"examples/{name}.py")
     # the scripts' run_training parses these (DataArguments unless the script has its own ScriptArguments)
     dataclasses = (getattr(script, "ScriptArguments", DataArguments), HeldoutEvalArguments, config, ModelConfig)
