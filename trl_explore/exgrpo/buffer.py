@@ -95,7 +95,8 @@ class ExperienceBuffer:
         return sum(len(e.trajectories) for e in self._entries.values())
 
     # ---------------------------------------------------------------- writing
-    def record_group(self, key: str, completions: list[Trajectory], correct: list[bool], collect: bool = True) -> str:
+    def record_group(self, key: str, completions: list[Trajectory], correct: list[bool], collect: bool = True,
+                     storable: list[bool] | None = None) -> str:
         """Update the buffer with one finished group of ``K`` rollouts of prompt ``key``.
 
         Rules (ExGRPO §3.1, authors' ``collect_experience_entries`` and skip set): every rollout correct -> the prompt
@@ -110,6 +111,8 @@ class ExperienceBuffer:
             correct: ``K`` bools.
             collect: False before replay has started (the authors collect only once mixing is on; retirement applies
                 from the first step).
+            storable: ``K`` bools, the rows whose completion may be stored (default all): the policy's own rollouts,
+                not rows another method wrote (e.g. OGER's teacher rows, which still count in ``k``).
 
         Returns:
             ``"retired"``, ``"collected"``, ``"ignored"`` (already retired) or ``"unchanged"``.
@@ -133,8 +136,9 @@ class ExperienceBuffer:
         entry = self._entries.setdefault(key, _Entry(k, []))
         entry.num_correct = k
         stored = {t.completion_ids for t in entry.trajectories}
-        for trajectory, ok in zip(completions, correct):
-            if ok and trajectory.completion_ids not in stored:
+        storable = [True] * k_total if storable is None else storable
+        for trajectory, ok, own in zip(completions, correct, storable):
+            if ok and own and trajectory.completion_ids not in stored:
                 entry.trajectories.append(trajectory)
                 stored.add(trajectory.completion_ids)
         return "collected"

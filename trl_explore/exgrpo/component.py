@@ -11,8 +11,9 @@ Per training generation:
   as in the paper's experience groups (the ``K`` rollouts are i.i.d., so dropping the last one is sampling ``K - 1``).
 * ``batch_fields`` (after TRL scored the batch): marks the replayed rows and hands their recorded behaviour log-probs
   to the loss; then updates the buffer with every process's groups (gathered, so every process holds the same
-  buffer): retirement of prompts solved by every rollout, collection of the correct trajectories of partly solved
-  prompts (once replay has started) with their behaviour log-probs (``Needs.behaviour_logps``: TRL's
+  buffer): retirement of prompts solved by every rollout, collection of the correct trajectories the policy sampled
+  (rows another component wrote, e.g. OGER's teacher rows, count in the pass rate but are not stored) of partly
+  solved prompts (once replay has started) with their behaviour log-probs (``Needs.behaviour_logps``: TRL's
   ``old_per_token_logps`` when it makes them for the sampling distribution), and the delayed start.
 * ``advantages`` (each micro-batch): a replayed token's advantage is multiplied by
   :func:`~trl_explore.exgrpo.experience.replay_advantage_scale`, so that TRL's own objective on it has the gradient of
@@ -189,11 +190,12 @@ class ExGRPOComponent(Component):
                 elif behaviour is not None:
                     logps = tuple(float(x) for x in behaviour[i, : len(ids)].tolist())
                 trajectories.append(Trajectory(ids, logps))
-            groups.append((prompt_key(rollout.rows[g * k_total]), trajectories, [local_correct[i] for i in rows]))
+            own = [rollout.owner[i] is None and not rollout.offline[i] for i in rows]  # the policy's own samples
+            groups.append((prompt_key(rollout.rows[g * k_total]), trajectories, [local_correct[i] for i in rows], own))
         if self.trainer.accelerator.num_processes > 1:
             groups = gather_object(groups)
-        for key, trajectories, correct in groups:
-            self.buffer.record_group(key, trajectories, correct, collect=self.buffer.started)
+        for key, trajectories, correct, own in groups:
+            self.buffer.record_group(key, trajectories, correct, collect=self.buffer.started, storable=own)
         if not self.buffer.started and replay_starts(correct_all.float().mean().item(), opts.replay_start_pass_rate):
             self.buffer.started = True
 
