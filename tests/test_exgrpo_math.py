@@ -139,7 +139,8 @@ def test_buffer_collects_partly_solved_groups_and_retires_solved_ones():
     assert buffer.record_group("q", [a, b, c, d], [True, False, False, False], collect=False) == "unchanged"
     assert "q" not in buffer  # before replay starts, nothing is collected
     e = _t(7)
-    assert buffer.record_group("p", [a, e, c, c], [True, True, False, False], storable=[True, False, True, True]) == "collected"
+    outcome = buffer.record_group("p", [a, e, c, c], [True, True, False, False], storable=[True, False, True, True])
+    assert outcome == "collected"
     assert buffer.num_correct("p") == 2 and buffer.trajectories("p") == [a, d]  # e counts in k, is not stored
     assert buffer.record_group("p", [a, a, a, a], [True] * 4) == "retired"
     assert "p" not in buffer and buffer.retired == {"p"}
