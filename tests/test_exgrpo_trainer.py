@@ -102,3 +102,56 @@ def test_resume_with_a_non_empty_buffer_is_exact(tmp_path, smollm2_tokenizer, ma
     losses = [{e["step"]: e["loss"] for e in t.state.log_history if "loss" in e} for t in (full, resumed)]
     assert losses[0][4] == losses[1][4]
     assert full.exgrpo.buffer.state_dict() == resumed.exgrpo.buffer.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["oger", "ase"])
+def test_composed_with_oger_and_with_ase(method, tmp_path, smollm2_tokenizer, make_tiny_lm):
+    """[OGER or ASE-GRPO, ExGRPO] in one ExplorationTrainer: ExGRPO replays into rows the policy sampled (never a
+    teacher row), the replayed rows take ASE's offline route, and no teacher text enters the buffer."""
+    from trl_explore import (
+        ASEComponent,
+        ASEOptions,
+        ExGRPOComponent,
+        ExGRPOOptions,
+        ExplorationConfig,
+        ExplorationTrainer,
+        OGERComponent,
+        OGEROptions,
+        OGERRewardFunction,
+    )
+    from trl_explore.ase.controls import OFFLINE_ROUTE
+    from trl_explore.testing import DOUBLING_TEACHERS
+
+    args = ExplorationConfig(**tiny_training_args(tmp_path, per_device_train_batch_size=8, max_steps=4, seed=1,
+                                                  max_completion_length=16))
+    if method == "oger":
+        first = OGERComponent(OGEROptions(embedding_model="embedded"))
+        rewards, data = [parity_reward, OGERRewardFunction(verifier=parity_reward)], doubling_dataset(
+            2, teachers=DOUBLING_TEACHERS)
+    else:
+        first = ASEComponent(ASEOptions(num_vectors=1, pca_dim=4, kmeans_n_init=2, steering_alpha=4.0,
+                                        min_pairs_per_cluster=1))
+        rewards, data = [parity_reward], doubling_dataset(2)
+    exgrpo = ExGRPOComponent(ExGRPOOptions(replay_start_pass_rate=0.0, replay_ratio=1.0))
+    trainer = ExplorationTrainer(make_tiny_lm(), reward_funcs=rewards, args=args, train_dataset=data,
+                                 processing_class=smollm2_tokenizer, components=[first, exgrpo])
+    arrived = []
+    driver_loss = trainer._compute_loss
+    trainer._compute_loss = lambda model, inputs: arrived.append(dict(inputs)) or driver_loss(model, inputs)
+    trainer.train()
+
+    assert trainer.state.global_step == 4
+    replayed_rows = 0
+    for batch in arrived:
+        replayed = batch["exgrpo_replayed"]
+        replayed_rows += int(replayed.sum())
+        if method == "oger":
+            assert not (replayed & batch["is_offline"].bool()).any()  # never a teacher row (OGER's batch field)
+        else:
+            assert (batch["ase_route"][replayed] == OFFLINE_ROUTE).all()  # no route, no steering for replayed rows
+    assert replayed_rows >= 1
+    teacher_ids = {tuple(smollm2_tokenizer(t, add_special_tokens=False)["input_ids"])
+                   for row in DOUBLING_TEACHERS for t in row}
+    stored = {t.completion_ids for key in exgrpo.buffer.keys() for t in exgrpo.buffer.trajectories(key)}
+    assert not any(s[:len(ids)] == ids for s in stored for ids in teacher_ids)  # the policy's own rows only
