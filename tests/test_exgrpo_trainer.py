@@ -155,3 +155,22 @@ def test_composed_with_oger_and_with_ase(method, tmp_path, smollm2_tokenizer, ma
                    for row in DOUBLING_TEACHERS for t in row}
     stored = {t.completion_ids for key in exgrpo.buffer.keys() for t in exgrpo.buffer.trajectories(key)}
     assert not any(s[:len(ids)] == ids for s in stored for ids in teacher_ids)  # the policy's own rows only
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_buffer_and_resume_exactly(tmp_path):
+    """2 CPU processes: every process holds the same buffer (groups gathered before the update; the main process
+    saves it, every process loads it), replay happens, and a run resumed with a non-empty buffer is exact."""
+    from pathlib import Path
+
+    from trl_explore.testing import run_two_cpu_processes
+
+    script = Path(__file__).parent / "scripts" / "exgrpo_resume_two_process.py"
+    result = run_two_cpu_processes(script, tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0]["buffer"] == ranks[1]["buffer"]  # one buffer on every process
+    for r in ranks:
+        assert r["saved_entries"] >= 1 and any(f > 0 for f in r["replayed"])
+        assert r["resumed_losses"][str(4)] == r["losses"][str(4)] and r["max_weight_diff"] == 0.0
+        assert r["resumed_buffer"] == r["buffer"]
