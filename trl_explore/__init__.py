@@ -5,6 +5,8 @@ Two methods, plus the parts they share:
 * OGER (``trl_explore.oger``): offline-guided exploration reward, divergence-aware hybrid
   replacement and LUFFY-style policy shaping.
 * ASE-GRPO (``trl_explore.ase``): activation-space exploration with a bank of steering vectors.
+* Baselines of the OGER paper: ExGRPO (``trl_explore.exgrpo``: replay of the policy's own correct trajectories) and
+  SFT on the teacher trajectories (``trl_explore.sft``, TRL's ``SFTTrainer``).
 * Shared: ``trl_explore.data`` (multi-teacher offline sets), ``trl_explore.rewards`` (verifiable
   math reward, ``OGERRewardFunction``), ``trl_explore.defaults`` (embedded offline assets).
 
