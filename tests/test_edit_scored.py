@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component, Needs, Rollout, check_component_fields, check_row_owners, settle_rewrites
-from trl_explore.driver import stream_seed
+from trl_explore.components import Component, Needs, Rollout
+from trl_explore.scoring import (
+    _merge_rescored_logs,
+    check_component_fields,
+    check_row_owners,
+    settle_rewrites,
+    stream_seed,
+)
 from trl_explore.testing import doubling_dataset, tiny_training_args
 
 SWAP_TEXT = "Swapped in: \\boxed{0}"
@@ -24,12 +30,14 @@ def _rollout(num_rows=3, extra=None, logprobs=True):
 
 # ---------------------------------------------------------------------------------------------------- pure rules
 def test_swap_rows_replaces_or_clears_every_per_row_field():
-    rollout = _rollout(extra={"env_text_len": [28, 30, 31], "tag": ["a", "b", "c"], "run": "shared"})
+    extra = {"env_text_len": [28, 30, 31], "tag": ["a", "b", "c"], "run": "shared"}
+    rollout = dataclasses.replace(_rollout(extra=extra), tool_images=[["img0"], ["img1"], []])
     swapped = rollout.swap_rows("replay", {1: ([7, 8, 9], "new text")}, extra_fields={1: {"tag": "replayed"}})
     assert swapped.completion_ids[1] == [7, 8, 9] and swapped.completions[1] == "new text"
     assert swapped.logprobs[1] == [None, None, None] and swapped.tool_mask[1] == [1, 1, 1]
     assert swapped.extra_fields == {"env_text_len": [28, None, 31], "tag": ["a", "replayed", "c"], "run": "shared"}
     assert swapped.offline == (False, True, False) and swapped.owner == (None, "replay", None)
+    assert swapped.tool_images == [["img0"], [], []]
     assert rollout.extra_fields["env_text_len"] == [28, 30, 31]  # the original is untouched
     with pytest.raises(IndexError, match="replay: rows \\[5\\] are outside"):
         rollout.swap_rows("replay", {5: ([1], "x")})
@@ -37,14 +45,14 @@ def test_swap_rows_replaces_or_clears_every_per_row_field():
 
 def test_settle_rewrites_clears_what_a_direct_rewrite_left_behind():
     # a hook that rewrote row 0's ids and text only (dataclasses.replace), as OGER's replacement did before
-    rollout = _rollout(extra={"env_text_len": [28, 30, 31]})
+    rollout = dataclasses.replace(_rollout(extra={"env_text_len": [28, 30, 31]}), tool_images=[["img"], [], []])
     ids, texts = list(rollout.completion_ids), list(rollout.completions)
     ids[0], texts[0] = [5, 5, 5, 5], "teacher text"
     after = dataclasses.replace(rollout, completion_ids=ids, completions=texts)
     settled, changed = settle_rewrites(rollout, after, "oger")
     assert changed == [0] and settled.owner == ("oger", None, None) and settled.offline == (False,) * 3
     assert settled.logprobs[0] == [None] * 4 and settled.tool_mask[0] == [1] * 4
-    assert settled.extra_fields["env_text_len"] == [None, 30, 31]
+    assert settled.extra_fields["env_text_len"] == [None, 30, 31] and settled.tool_images == [[], [], []]
     assert settled.logprobs[1] == [-0.5, -0.25]  # untouched rows keep theirs
     forced, _ = settle_rewrites(rollout, after, "replay", force_offline=True)
     assert forced.offline == (True, False, False)
@@ -103,6 +111,20 @@ def test_a_rewrite_after_a_component_that_kept_row_state_is_refused_naming_both(
     follows = type("Follows", (Steers,), {"follows_row_owners": True, "name": "follows"})
     rewrites_following = type("RewritesFollowing", (Rewrites,), {"follows_row_owners": True})
     check_row_owners([follows(), rewrites_following(), EditsLate()])
+
+
+def test_what_reward_functions_log_while_rows_are_rescored_replaces_the_changed_rows():
+    pending = {"route": [0, 1, 2, 3], "is_offline": [False] * 4 + [True, True], "new": ["x", "y"], "odd": [1, 2, 3]}
+    lengths = {"route": 4, "is_offline": 4, "odd": 2}
+    _merge_rescored_logs(pending, lengths, changed=[1, 3], num_rows=4)
+    assert pending == {"route": [0, 1, 2, 3], "is_offline": [False, True, False, True], "new": [None, "x", None, "y"],
+                       "odd": [1, 2]}  # "odd": one value for two re-scored rows is kept out of the table
+
+
+def test_edit_scored_with_environments_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"component\(s\) \['late'\] edit rows after scoring .*environment_factory"):
+        ExplorationTrainer("unused", args=ExplorationConfig(**tiny_training_args(tmp_path)), components=[EditsLate()],
+                           environment_factory=object)
 
 
 def test_streams_are_keyed_by_name_and_ordered_terms():
@@ -176,7 +198,9 @@ def test_swapped_rows_are_rescored_alone_and_get_trls_advantages(tmp_path, smoll
     # two micro-steps per generation: TRL keeps old log-probs (its scoring forward), which behaviour_logps reuses
     trainer = _trainer(tmp_path, smollm2_tokenizer, tiny_model, [replay], reward, per_device_train_batch_size=2,
                        steps_per_generation=2, max_steps=1)
-    outputs = []
+    outputs, forwards = [], []
+    behaviour_forward = trainer.behaviour_forward
+    trainer.behaviour_forward = lambda *a, **k: forwards.append(a) or behaviour_forward(*a, **k)
     original = ExplorationTrainer._generate_and_score_completions
     trainer._generate_and_score_completions = lambda inputs: outputs.append(original(trainer, inputs)) or outputs[-1]
     trainer.train()
@@ -199,6 +223,7 @@ def test_swapped_rows_are_rescored_alone_and_get_trls_advantages(tmp_path, smoll
     assert output["completion_ids"][0, : len(swapped_ids)].tolist() == swapped_ids
     assert output["completion_mask"][0].sum().item() == len(swapped_ids)
     # behaviour log-probs: TRL's old_per_token_logps of the same rows, before and after the edit (no extra forward)
+    assert forwards == []
     behaviour, old = replay.behaviour[0]
     width = behaviour.shape[1]
     mask = output["completion_mask"][:, :width].bool()

@@ -233,6 +233,26 @@ def test_plain_driver_card_is_grpo_cited_as_grpo(tmp_path, smollm2_tokenizer):
     assert body.count("Cite GRPO as:") == 1 and "### GRPO hyperparameters" in body
 
 
+def test_a_component_without_a_card_is_named_in_the_card(tmp_path, smollm2_tokenizer):
+    from trl_explore.components import Component
+
+    class Unlisted(Component):
+        name = "unlisted_method"
+
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
+                      bf16=False)
+    trainer = ExplorationTrainer(make_tiny_causal_lm(smollm2_tokenizer), [parity_reward], args=args,
+                                 train_dataset=doubling_dataset(4), processing_class=smollm2_tokenizer,
+                                 components=[Unlisted()])
+    trainer.create_model_card(model_name="unlisted-test", dataset_name="champ")
+    _, body = _card(tmp_path / "out")
+    # before: left out without a word (the card read "Trained with **GRPO**")
+    assert "Trained with **GRPO + unlisted_method**" in body
+    assert ("- **unlisted_method**: component `Unlisted`, which has no model-card entry (`Component.card` is None): "
+            "no paper or hyperparameters are recorded for it.") in body
+
+
 def test_method_card_is_frozen_and_skips_fields_the_config_lacks():
     from trl_explore.hub import hyperparameter_rows
 

@@ -28,7 +28,11 @@ hook (value) -> result                    when it runs                       wha
                                                                              or multiply terms
 ``extra_loss(LossCall) -> Tensor``        after TRL's objective              the loss (terms added)
 ``step_end(TrainerState) -> None``        after each optimizer step          its own state
-``save(folder)`` / ``load(folder)``       with every checkpoint / on resume  its own state
+``save(folder)`` / ``load(folder)``       main process, every checkpoint     its shared state (same on every process)
+                                          and save_model / every process,
+                                          on resume
+``save_process_state(folder)`` /          every process, every checkpoint /  its per-process state, in a folder of its
+``load_process_state(folder)``            every process, on resume           own per process
 ========================================  =================================  ==========================================
 
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
@@ -41,6 +45,15 @@ forward (``ExplorationTrainer.behaviour_forward``).
 State: a component keeps what one hook hands to a later one on its own attributes, as one record per generation,
 replaced (never shared with another component); everything the components share travels in the values above (e.g.
 ``Rollout.offline``: the rows that were not sampled from the policy).
+
+Rewriting rows (``docs/architecture.md``, "Rewriting rows"): a component that rewrites completions (in
+``transform_rollout`` or ``edit_scored``) declares :attr:`Component.edits_rows` and best uses
+:meth:`Rollout.swap_rows`; the driver then marks each rewritten row's :attr:`Rollout.owner` and clears the per-row
+fields of the replaced completion (``trl_explore.scoring.settle_rewrites``). A component with per-row state from
+generation declares :attr:`Component.follows_row_owners` (it reads ``owner`` / ``offline`` at every hook) or is
+refused next to a later rewrite (``scoring.check_row_owners``). Field names are unique across components and TRL
+(``scoring.check_component_fields``, and the driver when the values arrive). Random draws:
+:meth:`Component.generator`, one stream per component name.
 """
 
 from __future__ import annotations
@@ -195,7 +208,7 @@ class Rollout:
                 (nats); rows not given get ``None`` per token (TRL: no importance-sampling correction for them).
             extra_fields: ``{row index: {key: value}}`` for TRL's per-completion ``extra_fields`` (from a
                 ``rollout_func``); every per-row extra field of a swapped row not given here becomes None, so no value
-                of the replaced completion reaches the reward functions.
+                of the replaced completion reaches the reward functions (its ``tool_images`` become ``[]``).
             offline: the swapped rows' :attr:`offline` flag (default True: not sampled from the policy now).
 
         Raises:
@@ -210,6 +223,9 @@ class Rollout:
         tool_mask = None if self.tool_mask is None else list(self.tool_mask)
         fields = {k: list(v) if _per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
         offline_flags, owners = list(self.offline), list(self.owner)
+        tool_images = self.tool_images
+        if isinstance(tool_images, list) and len(tool_images) == self.num_rows:  # images a tool gave the old one
+            tool_images = [[] if i in swaps else v for i, v in enumerate(tool_images)]
         for i, (row_ids, text) in swaps.items():
             ids[i], texts[i] = list(row_ids), text
             if new_logprobs is not None:
@@ -222,55 +238,7 @@ class Rollout:
             offline_flags[i], owners[i] = offline, owner
         return dataclasses.replace(self, completion_ids=ids, completions=texts, logprobs=new_logprobs,
                                    tool_mask=tool_mask, extra_fields=fields, offline=tuple(offline_flags),
-                                   owner=tuple(owners))
-
-
-def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: bool = False) -> tuple[Rollout, list]:
-    """``(after with every rewritten row settled, indices of the rewritten rows)``: the driver's rule after a hook
-    that may rewrite rows (``transform_rollout``, ``edit_scored``) of component ``name``.
-
-    A row is rewritten when its completion ids, its completion or its owner changed. On each rewritten row: the owner
-    becomes ``name`` (unless the hook set one), ``offline`` becomes True when ``force_offline``, and every per-row
-    field of the replaced completion that the hook left as it was (the same object) is cleared: behaviour log-probs
-    to ``None`` per token, ``tool_mask`` to 1 per token, each per-row ``extra_fields`` list (TRL's ``rollout_func``
-    fields) to None at the rewritten rows.
-
-    Raises:
-        ValueError: the hook changed the number of rows or a prompt (naming the component and the row).
-    """
-    if after.num_rows != before.num_rows:
-        raise ValueError(f"component {name!r} returned {after.num_rows} rows for {before.num_rows}: a hook may "
-                         "rewrite rows, not add or drop them")
-    for i, (a, b) in enumerate(zip(after.prompt_ids, before.prompt_ids)):
-        if a is not b and list(a) != list(b):
-            raise ValueError(f"component {name!r} changed the prompt of row {i}: only completions may be rewritten")
-    def differs(a, b) -> bool:
-        return a is not b and a != b
-
-    changed = [i for i in range(before.num_rows)
-               if after.owner[i] != before.owner[i]
-               or differs(list(after.completion_ids[i]), list(before.completion_ids[i]))
-               or differs(after.completions[i], before.completions[i])]
-    if not changed:
-        return after, changed
-    owner, offline = list(after.owner), list(after.offline)
-    logprobs = None if after.logprobs is None else list(after.logprobs)
-    tool_mask = None if after.tool_mask is None else list(after.tool_mask)
-    fields = dict(after.extra_fields)
-    for key, values in before.extra_fields.items():
-        if _per_row(values, before.num_rows) and fields.get(key) is values:
-            fields[key] = [None if i in changed else v for i, v in enumerate(values)]
-    for i in changed:
-        length = len(after.completion_ids[i])
-        owner[i] = name if owner[i] == before.owner[i] else owner[i]
-        offline[i] = True if force_offline else offline[i]
-        if logprobs is not None and before.logprobs is not None and logprobs[i] is before.logprobs[i]:
-            logprobs[i] = [None] * length
-        if tool_mask is not None and before.tool_mask is not None and tool_mask[i] is before.tool_mask[i]:
-            tool_mask[i] = [1] * length
-    settled = dataclasses.replace(after, owner=tuple(owner), offline=tuple(offline), logprobs=logprobs,
-                                  tool_mask=tool_mask, extra_fields=fields)
-    return settled, changed
+                                   owner=tuple(owners), tool_images=tool_images)
 
 
 def _per_row(values, num_rows: int) -> bool:
@@ -536,69 +504,31 @@ class Component:
         """After each optimizer step (``state``: transformers' ``TrainerState``)."""
 
     def save(self, output_dir: str) -> None:
-        """Write this component's state next to a checkpoint's (or the final model's) weights."""
+        """Write this component's shared state next to a checkpoint's (or the final model's) weights.
+
+        Runs on the main process only (``args.should_save``), after the weights, at every checkpoint and at every
+        ``save_model``: write only state that is the same on every process (a bank synced from process 0). State that
+        differs between processes goes through :meth:`save_process_state`."""
 
     def load(self, checkpoint: str) -> None:
-        """Restore this component's state from a checkpoint folder (on resume)."""
+        """Restore this component's shared state from a checkpoint folder, on resume.
 
+        Runs on every process, each reading what the main process's :meth:`save` wrote (before TRL's generation
+        buffer is restored, after the optimizer and scheduler)."""
 
-_GENERATION_STATE_HOOKS = ("sampling_context", "transform_rollout", "observe_forward", "behaviour_context")
-"""Hooks whose overrides leave a component with per-row state from generation (routes, recorded values)."""
+    def save_process_state(self, folder: str) -> None:
+        """Write this process's own state (e.g. a buffer of the rows this process saw) into ``folder``.
 
+        Runs on every process at every checkpoint (not at a plain ``save_model``, which a resume cannot start from),
+        with ``folder = <checkpoint>/component_state/<name>/process_<i>/`` (``resume.process_state_folder``), created
+        for it: no other process writes there. A component that overrides it is resumed only with the same number of
+        processes (``load_process_state`` refuses a checkpoint without this process's folder)."""
 
-def _overrides(component, hook: str) -> bool:
-    return getattr(type(component), hook) is not getattr(Component, hook)
-
-
-def check_row_owners(components) -> None:
-    """Refuse a component list in which a component rewrites rows (``edits_rows``) that another one holds per-row
-    state about without following row ownership (``follows_row_owners``).
-
-    The rows another component rewrites in ``transform_rollout`` after it (later in the list) or in ``edit_scored``
-    (after every component's generation hooks) would keep that state from the replaced completion: a steered route,
-    behaviour log-probs, values recorded while sampling. Per-row values a component computes only in ``reward_fields``
-    or ``batch_fields`` are asked again after an edit and need no flag.
-
-    Raises:
-        ValueError: naming both components and the two ways out.
-    """
-    components = list(components)
-    for e, editor in enumerate(components):
-        if not editor.edits_rows:
-            continue
-        late = _overrides(editor, "edit_scored")
-        for c, other in enumerate(components):
-            if other is editor or other.follows_row_owners:
-                continue
-            stateful = [hook for hook in _GENERATION_STATE_HOOKS if _overrides(other, hook)]
-            if stateful and (late or c < e):
-                raise ValueError(
-                    f"component {editor.name!r} rewrites rows after component {other.name!r} kept per-row state about "
-                    f"them (its {', '.join(stateful)}), and {other.name!r} does not declare follows_row_owners = "
-                    f"True. Make {other.name!r} read Rollout.owner / Rollout.offline at each hook and set the flag, "
-                    f"or place {other.name!r} after {editor.name!r} (rewrites in transform_rollout only)"
-                )
-
-
-def check_component_fields(components, reserved: tuple = ()) -> None:
-    """Refuse two components that declare the same reward field (``reward_field_names``), or a declared field that is
-    one of TRL's own reward kwargs (``reserved``); the driver refuses undeclared collisions when the values arrive
-    (``reward_fields`` and ``batch_fields`` keys, against each other and TRL's batch keys).
-
-    Raises:
-        ValueError: naming both components (or the component and TRL) and the field.
-    """
-    owners: dict[str, str] = dict.fromkeys(reserved, "TRL")
-    names = [c.name for c in components]
-    for name in {n for n in names if names.count(n) > 1}:
-        raise ValueError(f"two components are named {name!r}: names key metrics, random streams and row owners")
-    for component in components:
-        for key in component.reward_field_names:
-            if key in owners:
-                party = "TRL's reward kwargs" if owners[key] == "TRL" else f"component {owners[key]!r}"
-                raise ValueError(f"field name collision: component {component.name!r} declares reward field {key!r}, "
-                                 f"which {party} declares already; rename one of them")
-            owners[key] = component.name
+    def load_process_state(self, folder: str) -> None:
+        """Restore what :meth:`save_process_state` wrote on this process, on resume, on every process (after
+        :meth:`load`). The driver calls it only when this component overrides :meth:`save_process_state`, and raises
+        a ``FileNotFoundError`` naming the component, the process and the checkpoint when the folder is missing (a
+        checkpoint of another number of processes, or of a run without this component)."""
 
 
 def phase(trainer, name: str):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 
 import torch
@@ -27,7 +26,6 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from trl_explore.components import (
-    Component,
     Forward,
     ForwardCall,
     ForwardResult,
@@ -35,38 +33,32 @@ from trl_explore.components import (
     Rollout,
     SamplingCall,
     ScoredBatch,
-    ScoredRollout,
     TrainerPlan,
-    check_component_fields,
-    check_row_owners,
-    settle_rewrites,
 )
 from trl_explore.config import ExplorationConfig, default_verifier
-from trl_explore.defaults import resolve_model_and_config, trl_scores_after_generation
+from trl_explore.defaults import resolve_model_and_config
 from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rewards.checks import (
-    check_column_clash,
-    check_finite_rewards,
-    checked_reward_functions,
-    not_scored_counts,
-)
 from trl_explore.rows import check_datasets, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
+from trl_explore.scoring import (
+    ScoringMixin,
+    _check_declared_edit,
+    _check_new_keys,
+    _Generation,
+    _RowsEdited,
+    check_components,
+    check_row_owner_column,
+    settle_rewrites,
+    stream_seed,
+)
 from trl_explore.trl_contract import LOSS_FORWARD_KEYS
 from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
-
-
-def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
-    """A 63-bit seed, a function of all four values in order (SHA-256 of their text): distinct streams, terms in a
-    different order or a different step give unrelated draws (a sum would not: ``(a, b)`` and ``(b, a)`` coincide)."""
-    text = repr((int(seed), int(step), tuple(int(t) for t in terms), str(stream)))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
 class _StepEnd(TrainerCallback):
@@ -85,71 +77,7 @@ def _enter(stack: contextlib.ExitStack, contexts) -> contextlib.ExitStack:
     return stack
 
 
-@dataclasses.dataclass
-class _Generation:
-    """The driver's record of the generation in progress (its own; components never see it)."""
-
-    mode: str
-    rows: tuple
-    rollout: Rollout | None = None
-    observe_scoring: bool = False
-    scoring_entropy: bool = False
-    rewards_per_func: torch.Tensor | None = None
-    edited: bool = False  # rows changed in edit_scored: TRL's scoring runs again on the final rows
-    scoring_logps: torch.Tensor | None = None  # [B, T] TRL's old_per_token_logps of the current rows, when kept
-    behaviour_logps: torch.Tensor | None = None  # [B, T] of the current rows (Needs.behaviour_logps)
-
-
-class _RowsEdited(Exception):
-    """Raised through TRL's ``_generate_and_score_completions`` after ``edit_scored`` changed rows on some process:
-    the driver runs it again on the final rows (see ``ExplorationTrainer._generate_and_score_completions``)."""
-
-
-ROW_OWNER = "row_owner"
-"""The reward kwarg holding each completion's :attr:`Rollout.owner` (None: TRL's sampler), passed when a component
-rewrites rows (``Component.edits_rows``)."""
-
-TRL_REWARD_KWARGS = ("prompt", "prompts", "completion", "completions", "completion_ids", "trainer_state", "log_extra",
-                     "log_metric", "environments")
-"""Keyword arguments TRL's ``_calculate_rewards`` passes to every reward function itself: no component field may take
-one of these names."""
-
-
-@contextlib.contextmanager
-def _local_reward_gather():
-    """TRL's ``_calculate_rewards`` ends with ``gather(rewards_per_func)`` (module ``trl.trainer.grpo_trainer``): for
-    the re-scoring of a few rewritten rows (a number that differs between processes) it returns this process's rows;
-    the driver gathers the full tensor itself afterwards."""
-    import trl.trainer.grpo_trainer as grpo
-
-    gather = grpo.gather
-    grpo.gather = lambda tensor: tensor
-    try:
-        yield
-    finally:
-        grpo.gather = gather
-
-
-def _check_new_keys(fields: dict, sources: dict, name: str, hook: str) -> None:
-    """Record ``fields``' keys as given by component ``name``; a key some other party gave already is refused."""
-    for key in fields:
-        if key in sources:
-            raise ValueError(f"field name collision: {hook} of component {name!r} returns {key!r}, which "
-                             f"{sources[key] if sources[key] in _TRL_SOURCES else 'component ' + repr(sources[key])} "
-                             "gives already; rename one of them")
-        sources[key] = name
-
-
-_TRL_SOURCES = ("GRPOTrainer", "TRL's reward kwargs", "TRL's rollout_func extra_fields")
-
-
-def _check_declared_edit(component, changed: list, hook: str) -> None:
-    if changed and not component.edits_rows:
-        raise RuntimeError(f"{hook} of component {component.name!r} rewrote rows {changed[:8]} but the component does "
-                           "not declare edits_rows = True (needed for the construction checks of row ownership)")
-
-
-class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer):
+class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin, GRPOTrainer):
     """``GRPOTrainer`` driving ``components`` (a list of :class:`~trl_explore.components.Component`) in list order.
 
     Args:
@@ -174,21 +102,18 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
     def __init__(self, model, reward_funcs=None, args=None, components=(), **kwargs):
         model, args = resolve_model_and_config(model, args, ExplorationConfig, "explore", check_type=False)
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
+        self.components = tuple(components)
+        check_components(self.components, kwargs)  # field names, row ownership, edit_scored with environments
         default_rewards = reward_funcs is None
         reward_funcs = [default_verifier(args)] if default_rewards else reward_funcs
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         datasets = {key: kwargs.pop(key, None) for key in ("train_dataset", "eval_dataset")}
         plan = TrainerPlan(model, reward_funcs, args, **datasets, trainer_kwargs=kwargs,
                            default_rewards=default_rewards)
-        self.components = tuple(components)
-        check_component_fields(self.components, TRL_REWARD_KWARGS)  # two components, one field name: refused
-        check_row_owners(self.components)  # per-row state another component rewrites after it: refused
         for component in self.components:
             plan = component.prepare(plan)
         check_datasets(plan, self.components)
-        if any(c.edits_rows for c in self.components):
-            check_column_clash({"train_dataset": plan.train_dataset, "eval_dataset": plan.eval_dataset},
-                               [type("ExplorationTrainer", (), {"reward_field_names": (ROW_OWNER,)})()])
+        check_row_owner_column(plan, self.components)  # the `row_owner` reward kwarg is the driver's
         eager = True if plan.args.use_vllm and getattr(plan.args, "vllm_enforce_eager", False) else None
         with _enter(contextlib.ExitStack(), [*plan.init_contexts, engine_options(enforce_eager=eager)]):
             super().__init__(plan.model, plan.reward_funcs, args=plan.args, train_dataset=plan.train_dataset,
@@ -290,112 +215,6 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
         gen.rollout = rollout
         self._plan_scoring(gen)
         return rollout.as_trl_tuple()
-
-    def _plan_scoring(self, gen: _Generation) -> None:
-        """Whether the driver observes TRL's scoring forward of the current rows (components' needs)."""
-        needs = [c.needs(gen.mode) for c in self.components]
-        scores = trl_scores_after_generation(self)
-        gen.observe_scoring = scores and any(n.scoring_forward or n.behaviour_logps for n in needs)
-        gen.scoring_entropy = any(n.scoring_entropy for n in needs)
-        gen.scoring_logps = gen.behaviour_logps = None
-
-    def _reward_inputs(self, gen: _Generation, inputs: list) -> list:
-        """Copies of TRL's reward rows with the components' per-completion fields (and ``row_owner``) added."""
-        fields, sources = {}, dict.fromkeys(TRL_REWARD_KWARGS, "TRL's reward kwargs")
-        sources.update(dict.fromkeys(gen.rollout.extra_fields, "TRL's rollout_func extra_fields"))
-        for component in self.components:
-            new = component.reward_fields(gen.rollout)
-            _check_new_keys(new, sources, component.name, "reward_fields")
-            fields.update(new)
-        if any(c.edits_rows for c in self.components):
-            fields[ROW_OWNER] = list(gen.rollout.owner)
-        extra = gen.rollout.extra_fields  # TRL merged these into `inputs` already: the same values unless rewritten
-        if not fields and not extra:
-            return inputs
-        rows = []
-        for i, row in enumerate(inputs):
-            row = {**row, **{k: v[i] for k, v in fields.items()}}
-            for key, values in extra.items():  # TRL's merge of rollout_func fields, from the rows as they are now
-                if isinstance(values, list) and i < len(values):
-                    row[key] = values[i]
-                elif not isinstance(values, list):
-                    row[key] = values
-            rows.append(row)
-        return rows
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # Overrides GRPOTrainer._calculate_rewards: the components' per-completion fields join (copies of) the rows
-        # TRL builds the reward kwargs from; then the `edit_scored` hooks (rows re-scored after each edit); the
-        # gathered rewards are kept for the components' batch fields. The second pass returns the final rewards.
-        gen = self._generation
-        if gen.edited:
-            rewards_per_func = gen.rewards_per_func
-        else:
-            with checked_reward_functions(self):  # for this call, a reward of the wrong type names its function
-                rewards_per_func = super()._calculate_rewards(self._reward_inputs(gen, inputs), prompts, completions,
-                                                              completion_ids_list)
-            check_finite_rewards(rewards_per_func, self.reward_func_names)  # an inf would zero its group's advantages
-            gen.rewards_per_func = rewards_per_func
-            if self._edit_scored(gen, inputs, prompts):
-                raise _RowsEdited
-        for key, count in not_scored_counts(rewards_per_func, self.reward_func_names).items():
-            self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
-        return rewards_per_func
-
-    def _edit_scored(self, gen: _Generation, inputs: list, prompts: list) -> bool:
-        """Every component's ``edit_scored`` in list order; after each that changed a row on some process, the changed
-        rows are scored again (every reward function, TRL's ``_calculate_rewards`` on those rows) and the gathered
-        rewards updated. Returns whether any row changed."""
-        editors = [c for c in self.components if type(c).edit_scored is not Component.edit_scored]
-        if not editors:
-            return False
-        num_local = gen.rollout.num_rows
-        process_slice = slice(self.accelerator.process_index * num_local,
-                              (self.accelerator.process_index + 1) * num_local)
-        weights = torch.as_tensor(self.reward_weights, dtype=torch.float32).cpu()
-        edited = False
-        for component in editors:
-            scored = ScoredRollout(gen.mode, gen.rollout, gen.rewards_per_func, tuple(self.reward_func_names),
-                                   weights, process_slice, self._behaviour_logps(gen))
-            before = gen.rollout
-            rollout, changed = settle_rewrites(before, component.edit_scored(scored), component.name,
-                                               force_offline=True)
-            _check_declared_edit(component, changed, "edit_scored")
-            count = torch.tensor([len(changed)], device=self.accelerator.device)
-            if self.accelerator.gather(count).sum().item() == 0:
-                continue
-            edited, gen.rollout = True, rollout
-            gen.scoring_logps = gen.behaviour_logps = None  # of the rows before the edit
-            local = gen.rewards_per_func[process_slice].clone()
-            if changed:
-                rows = [self._reward_inputs(gen, inputs)[i] for i in changed]  # fields asked again, new rollout
-                with checked_reward_functions(self), _local_reward_gather():
-                    local[changed] = super()._calculate_rewards(
-                        rows, [prompts[i] for i in changed], [rollout.completions[i] for i in changed],
-                        [rollout.completion_ids[i] for i in changed]).to(local.device)
-                check_finite_rewards(local, self.reward_func_names)
-            gen.rewards_per_func = self.accelerator.gather(local)
-        return edited
-
-    def _behaviour_logps(self, gen: _Generation, output: dict | None = None) -> torch.Tensor | None:
-        """``[B, T]`` behaviour log-probs of the current rows (``Needs.behaviour_logps``), or None when no component
-        needs them: TRL's scoring forward when it is the sampling distribution (no steering, the sampler's settings
-        are TRL's), else one ``behaviour_forward``; kept for the generation until rows change."""
-        if not any(c.needs(gen.mode).behaviour_logps for c in self.components):
-            return None
-        if gen.behaviour_logps is None:
-            rollout = gen.rollout
-            width = max((len(c) for c in rollout.completion_ids), default=0)
-            reusable = gen.scoring_logps is not None and self.sampler.matches_trl(self.temperature) and not any(
-                c.behaviour_context(gen.mode) is not None for c in self.components)
-            if reusable:
-                logps = gen.scoring_logps[:, :width]
-            else:
-                logps = self.behaviour_forward(gen.mode, rollout.prompt_ids, rollout.completion_ids).logps[:, :width]
-            lengths = torch.tensor([len(c) for c in rollout.completion_ids], device=logps.device)
-            pad = torch.arange(logps.size(1), device=logps.device)[None, :] >= lengths[:, None]
-            gen.behaviour_logps = logps.masked_fill(pad, 0.0)
-        return gen.behaviour_logps
 
     # ---------------------------------------------------------------- policy forwards and loss (TRL hooks)
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):

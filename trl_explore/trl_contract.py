@@ -65,6 +65,8 @@ ATTRIBUTES: tuple[str, ...] = (
     "num_iterations", "loss_type", "epsilon_low", "epsilon_high", "entropy_coef", "use_adaptive_entropy",
     "top_entropy_quantile", "_entropy_bonus_enabled", "aux_loss_enabled", "current_gradient_accumulation_steps",
     "reward_weights", "reward_funcs", "environment_factories",
+    # edit_scored: what reward functions log while rewritten rows are scored again is merged or dropped
+    "_pending_extra_logs", "_pending_metrics",
     # exact resumption: TRL's micro-step counter (`_step`) and the batches of the generation in progress
     "_buffered_inputs",
 )
