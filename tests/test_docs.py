@@ -71,6 +71,8 @@ SCRIPTS = {  # example script -> how its parser is built (module, data arguments
     "examples/train_oger.py": ("trl_explore.data.training_data:DataArguments", "trl_explore:OGERConfig"),
     "examples/train_ase_grpo.py": (None, "trl_explore:ASEConfig"),  # its own ScriptArguments
     "examples/train_oger_ase.py": ("trl_explore.data.training_data:DataArguments", "trl_explore:OGERASEConfig"),
+    "examples/train_exgrpo.py": ("trl_explore.data.training_data:DataArguments", "trl_explore:ExGRPOConfig"),
+    "examples/train_sft.py": ("trl_explore.data.training_data:DataArguments", "trl_explore.sft:SFTBaselineConfig"),
     "examples/evaluate.py": ("EvalArguments", None),
     "examples/plot.py": ("PlotArguments", None),
     "examples/build_offline_dataset.py": ("ScriptArguments", None),

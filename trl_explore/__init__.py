@@ -5,6 +5,8 @@ Two methods, plus the parts they share:
 * OGER (``trl_explore.oger``): offline-guided exploration reward, divergence-aware hybrid
   replacement and LUFFY-style policy shaping.
 * ASE-GRPO (``trl_explore.ase``): activation-space exploration with a bank of steering vectors.
+* Baselines of the OGER paper: ExGRPO (``trl_explore.exgrpo``: replay of the policy's own correct trajectories) and
+  SFT on the teacher trajectories (``trl_explore.sft``, TRL's ``SFTTrainer``).
 * Shared: ``trl_explore.data`` (multi-teacher offline sets), ``trl_explore.rewards`` (verifiable
   math reward, ``OGERRewardFunction``), ``trl_explore.defaults`` (embedded offline assets).
 
@@ -35,6 +37,10 @@ _LAZY = {
     "ASEOptions": "trl_explore.ase.options",
     "ASEComponent": "trl_explore.ase.component",
     "ASEGRPOTrainer": "trl_explore.ase.trainer",
+    "ExGRPOComponent": "trl_explore.exgrpo.component",
+    "ExGRPOConfig": "trl_explore.exgrpo.config",
+    "ExGRPOOptions": "trl_explore.exgrpo.options",
+    "ExGRPOTrainer": "trl_explore.exgrpo.trainer",
     "OGERASEConfig": "trl_explore.oger_ase",
     "OGERASETrainer": "trl_explore.oger_ase",
     "ExplorationTrainer": "trl_explore.driver",
@@ -60,6 +66,10 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only (``X as X``: a
     from trl_explore.data.builder import OfflineDatasetBuilder as OfflineDatasetBuilder
     from trl_explore.data.builder import build_offline_dataset as build_offline_dataset
     from trl_explore.driver import ExplorationTrainer as ExplorationTrainer
+    from trl_explore.exgrpo.component import ExGRPOComponent as ExGRPOComponent
+    from trl_explore.exgrpo.config import ExGRPOConfig as ExGRPOConfig
+    from trl_explore.exgrpo.options import ExGRPOOptions as ExGRPOOptions
+    from trl_explore.exgrpo.trainer import ExGRPOTrainer as ExGRPOTrainer
     from trl_explore.oger.component import OGERComponent as OGERComponent
     from trl_explore.oger.config import OGERConfig as OGERConfig
     from trl_explore.oger.options import OGEROptions as OGEROptions

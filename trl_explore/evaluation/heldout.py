@@ -464,12 +464,19 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
     return result
 
 
+def _max_completion_length(trainer) -> int:
+    """A ``GRPOTrainer``'s ``max_completion_length``, else its config's (the SFT baseline's ``SFTBaselineConfig``)."""
+    length = getattr(trainer, "max_completion_length", None)
+    return length if length is not None else trainer.args.max_completion_length
+
+
 class HeldoutEvaluator:
     """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`, in each of its
     prompt formats (:attr:`formats`).
 
     Args:
-        trainer: a ``GRPOTrainer`` (its model, tokenizer, ``max_completion_length`` and ``grader_mode``).
+        trainer: a ``GRPOTrainer``, or the SFT baseline's ``SFTTrainer`` (its model and tokenizer, its
+            ``max_completion_length`` or else ``args.max_completion_length``, and ``args.grader_mode``).
         options: the :class:`HeldoutEvalArguments`.
         levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
 
@@ -520,7 +527,7 @@ class HeldoutEvaluator:
         model = t.accelerator.unwrap_model(t.model)
         settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
                         num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
-                        greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or t.max_completion_length,
+                        greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or _max_completion_length(t),
                         seed=o.eval_seed, batch_size=o.eval_batch_size,
                         grader_mode=getattr(t.args, "grader_mode", "math_verify"), prompt_format=prompt_format)
         rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems, prompt_format)

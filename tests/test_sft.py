@@ -1,0 +1,98 @@
+"""The SFT baseline (trl_explore.sft, examples/train_sft.py): teacher rows, its config, and a two-step run of the
+script's training on the tiny policy with the shared held-out evaluation."""
+
+import json
+import pathlib
+
+import pytest
+from datasets import Dataset
+
+from trl_explore.sft import SFTBaselineConfig, teacher_sft_dataset
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROMPT_A = [{"role": "user", "content": "What is 1 + 1?"}]
+PROMPT_B = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def _rows():
+    return Dataset.from_list([
+        {"prompt": PROMPT_A, "answer": "2", "problem_id": "a",
+         "offline_completions": ["1 + 1 = 2, so \\boxed{2}.", "\\boxed{2}"], "offline_teachers": ["steps", "terse"]},
+        {"prompt": PROMPT_B, "answer": "4", "problem_id": "b", "offline_completions": ["\\boxed{4}"],
+         "offline_teachers": ["terse"]},
+    ])
+
+
+def test_one_row_per_teacher_solution():
+    rows = teacher_sft_dataset(_rows())
+    assert rows.column_names == ["prompt", "completion", "problem_id", "teacher"]
+    assert [(r["problem_id"], r["teacher"], r["completion"][0]["content"]) for r in rows] == [
+        ("a", "steps", "1 + 1 = 2, so \\boxed{2}."), ("a", "terse", "\\boxed{2}"), ("b", "terse", "\\boxed{4}")]
+    assert rows[0]["prompt"] == PROMPT_A and rows[0]["completion"][0]["role"] == "assistant"
+    first_only = teacher_sft_dataset(_rows(), teachers_per_prompt=1)
+    assert [r["teacher"] for r in first_only] == ["steps", "terse"]
+    plain = Dataset.from_list([{"prompt": "1 + 1 =", "offline_completions": [" 2"]}])
+    assert teacher_sft_dataset(plain)[0]["completion"] == " 2"  # a text prompt gets a text completion
+
+
+def test_bad_teacher_data_is_refused_with_the_row():
+    with pytest.raises(ValueError, match="no column 'teachers'.*--offline_completions_column"):
+        teacher_sft_dataset(_rows(), offline_column="teachers")
+    bad = Dataset.from_list([{"prompt": PROMPT_A, "problem_id": "x", "offline_completions": ["ok", "  "]}])
+    with pytest.raises(ValueError, match="row 0 \\(problem_id 'x'\\): teacher solution 1"):
+        teacher_sft_dataset(bad)
+    empty = Dataset.from_list([{"prompt": PROMPT_A, "offline_completions": []}])
+    with pytest.raises(ValueError, match="nothing to imitate"):
+        teacher_sft_dataset(empty)
+
+
+def test_config_checks_its_fields():
+    with pytest.raises(ValueError, match="teachers_per_prompt must be >= 1"):
+        SFTBaselineConfig(output_dir="out", bf16=False, teachers_per_prompt=0)
+    with pytest.raises(ValueError, match="grader_mode='loose'"):
+        SFTBaselineConfig(output_dir="out", bf16=False, grader_mode="loose")
+
+
+def test_the_script_lists_data_and_evaluation_options_first(load_script, capsys):
+    script = load_script("examples/train_sft.py")
+    with pytest.raises(SystemExit):
+        script.run_sft(script.RECIPE, argv=["--help"])
+    text = capsys.readouterr().out
+    assert text.index("Data options") < text.index("--teachers_per_prompt") and "--eval_heldout" in text
+
+
+@pytest.mark.slow
+def test_two_steps_on_teacher_solutions_with_the_held_out_evaluation(tmp_path, monkeypatch, capsys):
+    """examples/train_sft.py's run_sft, 2 steps on the tiny policy (TRL_EXPLORE_TINY_POLICY=1): the weights move, the
+    loss covers the solution tokens only, and the shared held-out evaluation runs before and after."""
+    from transformers import AutoTokenizer
+
+    from trl_explore.defaults import tiny_policy_path
+    from trl_explore.sft import run_sft
+
+    monkeypatch.setenv("TRL_EXPLORE_TINY_POLICY", "1")
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    argv = ["--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "2",
+            "--ladder_levels", "one_digit", "--max_train_samples", "2", "--use_cpu", "true",
+            "--eval_problems", "2", "--eval_samples", "1", "--eval_split", "validation", "--eval_max_new_tokens", "4"]
+    trainer = run_sft(ROOT / "recipes" / "sft_smollm2_ladder_cpu.yaml", "t", argv=argv)
+    assert trainer.state.global_step == 2
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)
+    # 2 prompts x 4 teacher styles = 8 rows; the loss covers the solution tokens only
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path())
+    data = trainer.train_dataset
+    assert len(data) == 8
+    for row in data.select(range(2)):
+        prompt_ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True)["input_ids"]
+        ids, labels, n = row["input_ids"], row["labels"], len(prompt_ids)
+        assert ids[:n] == list(prompt_ids) and len(ids) > n
+        assert labels[:n] == [-100] * n and labels[n:] == ids[n:]  # TRL folds the completion mask into the labels
+    printed = capsys.readouterr().out
+    assert "[t] 8 teacher solutions of 2 prompts" in printed
+    assert "[t] held-out evaluation before and after training" in printed
+    saved = json.loads((out / "heldout_eval.json").read_text())
+    assert set(saved) == {"before", "after"} and saved["after"]["summary"]["num_problems"] == 2
+    assert (out / "model.safetensors").exists() and (out / "README.md").exists()
