@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 
 import yaml
-from trl import TrlParser
+
+from trl_explore.cli import run_script
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
@@ -208,5 +209,4 @@ def main(args: EvalArguments) -> dict:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    (eval_args,) = TrlParser((EvalArguments,)).parse_args_and_config()
-    main(eval_args)
+    run_script(main, EvalArguments, "evaluate")  # a bad option or data set: one line (--debug: the traceback)

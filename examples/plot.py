@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass, field
 
 import yaml
-from trl import TrlParser
+
+from trl_explore.cli import run_script
 
 # the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
 MAIN_JOB_RECIPE = pathlib.Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_ladder_cpu.yaml"
@@ -65,5 +66,4 @@ def positional_to_flags(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    (plot_args,) = TrlParser((PlotArguments,)).parse_args_and_config(args=positional_to_flags(sys.argv[1:]))
-    main(plot_args)
+    run_script(main, PlotArguments, "plot", positional_to_flags(sys.argv[1:]))  # user errors: one line (--debug)

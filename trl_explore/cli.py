@@ -6,11 +6,19 @@ options first; :func:`make_parser` moves the fields of each method's options cla
 (:class:`~trl_explore.config.ComponentOptions`, e.g. ``OGEROptions``) into an argument group of its own, titled by the
 class's ``section``, and lists those groups before the rest. Parsing is unchanged: the fields stay fields of the same
 config class.
+
+User errors (:func:`user_errors`): a bad option, data set, Hub access or batch geometry stops a script with one line
+``[script] error: ...`` on stderr and exit status 2, no traceback; ``--debug`` (or ``TRL_EXPLORE_DEBUG=1``) shows the
+traceback. Abbreviated options are refused (``--max_step`` is not ``--max_steps``) and an unknown option or recipe
+key names the closest valid ones (:class:`ScriptParser`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -18,6 +26,113 @@ from collections.abc import Sequence
 from trl import GRPOConfig, TrlParser
 
 from trl_explore.config import ExplorationConfig, options_classes
+
+DEBUG_ENV = "TRL_EXPLORE_DEBUG"
+"""Environment variable: set to 1 to see the traceback of a user error (as ``--debug``)."""
+EXIT_USER_ERROR = 2
+"""Exit status of a script stopped by a user error (argparse's for a bad command line)."""
+
+
+class UnknownOptionError(ValueError):
+    """An option on the command line, or a key of a recipe, that no dataclass of the script declares."""
+
+
+def closest_options(name: str, valid: Sequence[str], n: int = 3) -> list[str]:
+    """Up to ``n`` names of ``valid`` closest to ``name`` (difflib's ratio >= 0.6), best first."""
+    return difflib.get_close_matches(name, list(valid), n=n, cutoff=0.6)
+
+
+def unknown_option_message(names: Sequence[str], valid: Sequence[str], where: str = "option") -> str:
+    """``"unknown option --max_stepz (did you mean --max_steps?)"`` for each of ``names`` (without their ``--``),
+    joined by "; "."""
+    parts = []
+    for name in names:
+        close = closest_options(name, valid)
+        hint = f" (did you mean {' or '.join('--' + c if where == 'option' else c for c in close)}?)" if close else ""
+        parts.append(f"unknown {where} {'--' + name if where == 'option' else repr(name)}{hint}")
+    return "; ".join(parts)
+
+
+class ScriptParser(TrlParser):
+    """The scripts' ``TrlParser``: no abbreviations (``allow_abbrev=False``); an unknown option raises
+    :class:`UnknownOptionError` naming the closest valid ones; argparse's own errors (a bad value, a missing value)
+    print one line instead of the usage and the error."""
+
+    def __init__(self, dataclass_types, **kwargs):
+        super().__init__(dataclass_types, allow_abbrev=False, **kwargs)
+
+    def option_names(self) -> list[str]:
+        """Every ``--name`` the parser accepts, without the dashes."""
+        return [s[2:] for s in self._option_string_actions if s.startswith("--") and "-" not in s[2:]]
+
+    def parse_known_args(self, args=None, namespace=None):
+        # Overrides argparse.ArgumentParser.parse_known_args, which HfArgumentParser.parse_args_into_dataclasses calls:
+        # left-over strings become one error naming the closest options, before any dataclass is built.
+        namespace, remaining = super().parse_known_args(args, namespace)
+        if remaining:
+            names = [r[2:].split("=", 1)[0] for r in remaining if r.startswith("--")]
+            if not names:
+                raise UnknownOptionError(f"unexpected argument(s) {remaining}: every value follows its --option")
+            raise UnknownOptionError(unknown_option_message(names, self.option_names()) + " (--help lists them)")
+        return namespace, remaining
+
+    def error(self, message):
+        # Overrides argparse.ArgumentParser.error (usage + message, exit 2): one line.
+        print(f"{self.prog}: error: {message} (--help lists the options)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def take_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--debug``, and whether a traceback is wanted (``--debug`` or ``TRL_EXPLORE_DEBUG=1``)."""
+    argv = list(argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes")
+    return [a for a in argv if a != "--debug"], debug
+
+
+def user_error_types() -> tuple[type[Exception], ...]:
+    """The exceptions :func:`user_errors` prints as one line: bad values and options (ValueError, TypeError,
+    KeyError), missing files, unsupported settings, Hub access."""
+    from trl_explore.hub import HubAccessError
+
+    return ValueError, TypeError, KeyError, FileNotFoundError, NotImplementedError, HubAccessError
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (a KeyError's without its quotes)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(text.split()) or type(error).__name__
+
+
+@contextlib.contextmanager
+def user_errors(tag: str, debug: bool = False):
+    """Inside: a user error (:func:`user_error_types`) prints ``[tag] error: <message>`` on one line to stderr (on the
+    main process only: ``RANK`` unset or 0) and exits with :data:`EXIT_USER_ERROR`, no traceback; with ``debug`` it
+    propagates (traceback). ``os._exit`` is not used: the process exits normally (buffers flushed).
+
+    Under ``accelerate launch`` the launcher then raises its own ``CalledProcessError`` for any non-zero exit (a
+    traceback of the launcher, after the script's line); ``accelerate launch -q`` (single process and DeepSpeed
+    launches) replaces it with a plain exit status 1.
+    """
+    try:
+        yield
+    except user_error_types() as error:
+        if debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            print(f"[{tag}] error: {one_line(error)} (--debug or {DEBUG_ENV}=1 shows the traceback)", file=sys.stderr,
+                  flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def run_script(main, dataclass_type: type, tag: str, argv: Sequence[str] | None = None):
+    """What a script without a recipe does (``evaluate.py``, ``build_offline_dataset.py``, ``plot.py``): parse
+    ``argv`` (default ``sys.argv[1:]``; ``--config`` a YAML of options) into ``dataclass_type`` with
+    :class:`ScriptParser` and return ``main(args)``, user errors as one line (:func:`user_errors`; ``--debug`` shows
+    the traceback)."""
+    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
+    with user_errors(tag, debug):
+        (args,) = ScriptParser((dataclass_type,)).parse_args_and_config(args=argv)
+        return main(args)
 
 
 def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) -> TrlParser:
@@ -32,7 +147,7 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
     Returns:
         The parser.
     """
-    parser = TrlParser(tuple(dataclass_types), usage="%(prog)s [--config RECIPE.yaml] [--option value ...]")
+    parser = ScriptParser(tuple(dataclass_types), usage="%(prog)s [--config RECIPE.yaml] [--option value ...]")
     found = list(sections) + [cls for dtype in dataclass_types for cls in reversed(options_classes(dtype))]
     groups = []
     for section_cls in dict.fromkeys(found):  # keep the order, drop repeats
@@ -73,7 +188,58 @@ def parse_args(dataclass_types: Sequence[type], recipe: str | pathlib.Path, argv
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
         parser.parse_args(["--help"])  # exits with the help text, before the recipe is read
-    return parser.parse_args_and_config(args=with_default_recipe(argv, recipe))
+    argv = with_default_recipe(argv, recipe)
+    argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]  # TRL: "--config"
+    recipe_path, recipe_values = read_recipe(argv, parser)
+    try:
+        return parser.parse_args_and_config(args=argv)
+    except UnknownOptionError:
+        raise
+    except ValueError as error:  # a config check: say which of the options it names the recipe sets
+        given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+        named = [f"{key}: {value}" for key, value in recipe_values.items()
+                 if key != "env" and key not in given and _names(str(error), key)]
+        if not named:
+            raise
+        raise type(error)(f"{error} [set in the recipe {recipe_path}: {', '.join(named)}; an option on the command "
+                          f"line overrides the recipe]") from error
+
+
+def _names(message: str, key: str) -> bool:
+    import re
+
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) is not None
+
+
+def read_recipe(argv: Sequence[str], parser: ScriptParser) -> tuple[str | None, dict]:
+    """The recipe ``argv`` names (``--config PATH`` or ``--config=PATH``) and its values, checked against the
+    parser's options.
+
+    Raises:
+        FileNotFoundError: no such recipe file.
+        UnknownOptionError: a key no option has, with the closest option names.
+    """
+    import yaml
+
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    if path is None:
+        return None, {}
+    if not pathlib.Path(path).is_file():
+        raise FileNotFoundError(f"no recipe file {path} (--config)")
+    with open(path) as handle:
+        values = yaml.safe_load(handle) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"the recipe {path} must be a YAML mapping of option: value")
+    valid = {action.dest for action in parser._actions}
+    unknown = [key for key in values if key != "env" and key not in valid]
+    if unknown:
+        raise UnknownOptionError(f"the recipe {path}: " + unknown_option_message(unknown, sorted(valid), "key"))
+    return path, values
 
 
 def model_init_kwargs(model_args) -> dict:
@@ -88,7 +254,8 @@ def model_init_kwargs(model_args) -> dict:
 def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, argv: Sequence[str] | None = None,
                  after_train=None):
     """What each training script does: parse (method options first in ``--help``; the default ``recipe`` without
-    ``--config``), check Hub access, load the data, build ``trainer_cls``, train, save, write the card and print one
+    ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
+    access, load the data, build ``trainer_cls``, train, save, write the card and print one
     readable summary.
 
     Args:
@@ -120,39 +287,41 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
     filter_known_warnings()
-    script_cls = script_cls or DataArguments
-    script_args, eval_args, training_args, model_args = parse_args(
-        (script_cls, HeldoutEvalArguments, config_cls, ModelConfig), recipe, argv,
-        sections=(script_cls, HeldoutEvalArguments))
-    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
-    if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for its golds (CHAMP)
-        training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
-    start = time.perf_counter()
-    if not script_args.completion_panel:
-        silence_trl_completion_panel()
-    training_args.model_init_kwargs = model_init_kwargs(model_args)
-    model_name = model_args.model_name_or_path or "embedded"
-    tokenizer = None
-    if script_args.max_prompt_tokens is not None:
-        from transformers import AutoTokenizer
+    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
+    with user_errors(tag, debug):  # before training: a bad option, data set, Hub access or geometry is one line
+        script_cls = script_cls or DataArguments
+        script_args, eval_args, training_args, model_args = parse_args(
+            (script_cls, HeldoutEvalArguments, config_cls, ModelConfig), recipe, argv,
+            sections=(script_cls, HeldoutEvalArguments))
+        check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
+        if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
+            training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
+        start = time.perf_counter()
+        if not script_args.completion_panel:
+            silence_trl_completion_panel()
+        training_args.model_init_kwargs = model_init_kwargs(model_args)
+        model_name = model_args.model_name_or_path or "embedded"
+        tokenizer = None
+        if script_args.max_prompt_tokens is not None:
+            from transformers import AutoTokenizer
 
-        from trl_explore.defaults import resolve_model_path
+            from trl_explore.defaults import resolve_model_path
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
-    offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
-    dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
-                                 tokenizer=tokenizer,
-                                 offline_column=getattr(training_args, "offline_completions_column", ""))
-    trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
-                          peft_config=get_peft_config(model_args))
-    use_compact_logs(trainer)
-    evaluator = None
-    if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
-        evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
-        before = evaluator("before")
-        if before is not None:
-            took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
-            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
+        offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
+        dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
+                                     tokenizer=tokenizer,
+                                     offline_column=getattr(training_args, "offline_completions_column", ""))
+        trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
+                              peft_config=get_peft_config(model_args))
+        use_compact_logs(trainer)
+        evaluator = None
+        if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
+            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
+            before = evaluator("before")
+            if before is not None:
+                took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
+                print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
