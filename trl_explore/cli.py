@@ -251,11 +251,24 @@ def model_init_kwargs(model_args) -> dict:
             "dtype": dtype}
 
 
+def script_dataclasses(script_cls: type, config_cls: type) -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """The dataclasses a training script parses, in order (its data options, the held-out evaluation, the readiness
+    check, the method's config, TRL's ``ModelConfig``), and those shown first in ``--help``."""
+    from trl import ModelConfig
+
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+    from trl_explore.readiness import ReadinessArguments
+
+    sections = (script_cls, HeldoutEvalArguments, ReadinessArguments)
+    return (*sections, config_cls, ModelConfig), sections
+
+
 def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, argv: Sequence[str] | None = None,
                  after_train=None):
     """What each training script does: parse (method options first in ``--help``; the default ``recipe`` without
     ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
-    access, load the data, build ``trainer_cls``, train, save, write the card and print one
+    access, load the data, build ``trainer_cls``, run the readiness check (:mod:`trl_explore.readiness`; its watch
+    warns during training), train, save, write the card and print one
     readable summary.
 
     Args:
@@ -272,27 +285,26 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     """
     import time
 
-    from trl import ModelConfig, get_peft_config
+    from trl import get_peft_config
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.evaluation.heldout import (
-        HeldoutEvalArguments,
         HeldoutEvaluator,
         compare_heldout,
         heldout_table,
         save_heldout,
     )
     from trl_explore.hub import check_hub_access
+    from trl_explore.readiness import NothingLearnedWatch, check_readiness
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
     filter_known_warnings()
     argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
     with user_errors(tag, debug):  # before training: a bad option, data set, Hub access or geometry is one line
         script_cls = script_cls or DataArguments
-        script_args, eval_args, training_args, model_args = parse_args(
-            (script_cls, HeldoutEvalArguments, config_cls, ModelConfig), recipe, argv,
-            sections=(script_cls, HeldoutEvalArguments))
+        types, sections = script_dataclasses(script_cls, config_cls)
+        script_args, eval_args, ready_args, training_args, model_args = parse_args(types, recipe, argv, sections)
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -315,6 +327,14 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
                               peft_config=get_peft_config(model_args))
         use_compact_logs(trainer)
+        trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing is learned
+        if ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
+            if trainer.accelerator.is_main_process:
+                print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
+                      f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)
+            report = check_readiness(trainer, dataset, ready_args.readiness_prompts)
+            if trainer.accelerator.is_main_process:
+                print("\n".join(f"[{tag}] {line}" for line in report.lines), flush=True)
         evaluator = None
         if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
             evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
