@@ -295,6 +295,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         heldout_table,
         save_heldout,
     )
+    from trl_explore.evaluation.own_data import training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.readiness import NothingLearnedWatch, check_readiness
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
@@ -324,8 +325,16 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
                                      tokenizer=tokenizer,
                                      offline_column=getattr(training_args, "offline_completions_column", ""))
+        dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
+        if own_eval is not None and training_args.eval_strategy != "no":  # TRL's evaluation loop: eval_reward
+            if not hasattr(training_args, "offline_completions_column"):
+                own_eval = own_eval.select_columns(["prompt", "answer", "problem_id"])
         trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
+                              eval_dataset=own_eval if training_args.eval_strategy != "no" else None,
                               peft_config=get_peft_config(model_args))
+        if own_eval is not None and trainer.accelerator.is_main_process:
+            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on)",
+                  flush=True)
         use_compact_logs(trainer)
         trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing is learned
         if ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
@@ -337,7 +346,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                 print("\n".join(f"[{tag}] {line}" for line in report.lines), flush=True)
         evaluator = None
         if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
-            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
+            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
+                                         problems=own_eval)
             before = evaluator("before")
             if before is not None:
                 took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
