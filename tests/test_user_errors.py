@@ -197,3 +197,34 @@ def test_the_evaluation_script_stops_with_one_line():
     assert result.stderr.strip().splitlines()[-1] == (
         "[evaluate] error: unknown option --num_sample (did you mean --num_samples?) (--help lists them) (--debug or "
         "TRL_EXPLORE_DEBUG=1 shows the traceback)")
+
+
+def _help(argv, full=False):
+    from trl_explore.cli import help_text, script_dataclasses
+
+    parser = make_parser(*script_dataclasses(DataArguments, OGERConfig))
+    return help_text(parser, argv, RECIPE, full=full)
+
+
+def test_short_help_names_the_recipe_and_shows_its_values():
+    text = _help([])
+    assert text.startswith(f"Recipe: {RECIPE} (the defaults shown are its values")
+    assert "--adam_beta1" not in text and "--dataloader_num_workers" not in text  # behind --help_all
+    assert "--learning_rate" in text and "--eval_fraction" in text and "--readiness_check" in text
+    compact = " ".join(text.split())
+    assert "--eval_heldout [EVAL_HELDOUT] Before and after training" in compact
+    eval_heldout = compact.split("--eval_heldout [EVAL_HELDOUT]")[1].split("--eval_benchmark")[0]
+    assert eval_heldout.rstrip().endswith("(default: True)")  # the recipe's value, not the dataclass's False
+    embedder = compact.split("--embedding_model EMBEDDING_MODEL")[1].split("--embedding_batch_size")[0]
+    assert embedder.rstrip().endswith("(default: embedded)")
+    assert "--max-steps" not in text  # no dash-spelled aliases
+    assert len(text.splitlines()) < len(_help([], full=True).splitlines()) / 3
+
+
+def test_full_help_lists_every_option_and_another_recipe_applies(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("output_dir: o\nnum_generations: 8\n")
+    text = _help(["--config", str(recipe)], full=True)
+    assert text.startswith(f"Recipe: {recipe}") and "--adam_beta1" in text
+    generations = " ".join(text.split()).split("--num-generations NUM_GENERATIONS")[1].split(" --")[0]
+    assert "(default: 8)" in generations

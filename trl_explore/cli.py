@@ -186,8 +186,9 @@ def parse_args(dataclass_types: Sequence[type], recipe: str | pathlib.Path, argv
     ``--config`` is given (options on the command line override the recipe's)."""
     parser = make_parser(dataclass_types, sections)
     argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        parser.parse_args(["--help"])  # exits with the help text, before the recipe is read
+    if any(a in HELP_FLAGS for a in argv):  # the help text with the recipe's values, then exit
+        print(help_text(parser, [a for a in argv if a not in HELP_FLAGS], recipe, full="--help_all" in argv))
+        sys.exit(0)
     argv = with_default_recipe(argv, recipe)
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]  # TRL: "--config"
     recipe_path, recipe_values = read_recipe(argv, parser)
@@ -203,6 +204,42 @@ def parse_args(dataclass_types: Sequence[type], recipe: str | pathlib.Path, argv
             raise
         raise type(error)(f"{error} [set in the recipe {recipe_path}: {', '.join(named)}; an option on the command "
                           f"line overrides the recipe]") from error
+
+
+HELP_FLAGS = ("-h", "--help", "--help_all")
+COMMON_OPTIONS = (
+    "model_name_or_path", "output_dir", "max_steps", "num_train_epochs", "learning_rate", "num_generations",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "temperature", "beta",
+    "loss_type", "scale_rewards", "eval_strategy", "eval_steps", "logging_steps", "save_strategy", "seed", "bf16",
+    "use_vllm", "push_to_hub", "resume_from_checkpoint", "report_to",
+)
+"""TRL / Transformers options the short ``--help`` lists (with every option the recipe sets)."""
+
+
+def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = False) -> str:
+    """The scripts' ``--help``: the recipe it applies (``--config`` in ``argv``, else ``recipe``), its values as the
+    defaults shown, the scripts' and methods' options, and of TRL's and Transformers' ~200 options only
+    :data:`COMMON_OPTIONS` and those the recipe sets; ``full``: every option (``--help_all``)."""
+    argv = [part for a in with_default_recipe(argv, recipe)
+            for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
+    path, values = read_recipe(argv, parser)
+    parser.set_defaults_with_config(**{k: v for k, v in values.items() if k != "env"})
+    head = (f"Recipe: {path} (the defaults shown are its values; --config RECIPE.yaml applies another, an option on "
+            f"the command line overrides it). --debug: the traceback of an error, which is otherwise one line.")
+    trl_group = parser._optionals
+    if full:
+        return head + "\n\n" + parser.format_help()
+    keep = set(COMMON_OPTIONS) | set(values)
+    hidden = [a for a in trl_group._group_actions if a.dest not in keep and a.dest != "help"]
+    trl_group._group_actions[:] = [a for a in trl_group._group_actions if a not in hidden]
+    for action in parser._actions:  # short: no --dash-spelled aliases; TRL's help texts cut to their first sentence
+        action.option_strings = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
+        if action in trl_group._group_actions and action.help:
+            first = action.help.split(". ")[0].rstrip(".")
+            action.help = first if len(first) <= 160 else first[:157] + "..."
+    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets ({len(hidden)} more: "
+                       f"--help_all)")
+    return head + "\n\n" + parser.format_help()
 
 
 def _names(message: str, key: str) -> bool:
