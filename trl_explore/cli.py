@@ -385,6 +385,12 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
             evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
                                          problems=own_eval)
+            if trainer.accelerator.is_main_process:  # the evaluation shows progress bars; say what it is first
+                where = "your held-out problems" if own_eval is not None else f"{eval_args.eval_benchmark} " \
+                                                                              f"{eval_args.eval_split}"
+                print(f"[{tag}] held-out evaluation before training on {where}: {eval_args.eval_problems} problems "
+                      f"at most, {eval_args.eval_samples} samples" + (" + 1 greedy" if eval_args.eval_greedy else "")
+                      + " each (--eval_heldout false skips it) ...", flush=True)
             before = evaluator("before")
             if before is not None:
                 took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"

@@ -483,7 +483,8 @@ class HeldoutEvaluator:
             problems = hashlib.sha256(text.encode()).hexdigest()[:16]
             result = cached_evaluation(model, {**settings, "problems": problems},
                                        lambda: evaluate_heldout(model, t.processing_class, **settings,
-                                                                problems=rows if own else None),
+                                                                problems=rows if own else None,
+                                                                show_progress=True),  # bars: minutes on a CPU
                                        cache=o.eval_cache)
             self.results[label] = result
         t.accelerator.wait_for_everyone()
