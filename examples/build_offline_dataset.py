@@ -26,8 +26,7 @@ Writes ``output_dir`` (``DatasetDict.save_to_disk``: splits ``train`` and ``test
 import time
 from dataclasses import dataclass, field
 
-from trl import TrlParser
-
+from trl_explore.cli import run_script
 from trl_explore.data import (
     DEFAULT_OUTPUT_DIR,
     OfflineDatasetBuilder,
@@ -177,4 +176,4 @@ def main(args: ScriptArguments) -> None:
 
 
 if __name__ == "__main__":
-    main(TrlParser(ScriptArguments).parse_args_and_config()[0])
+    run_script(main, ScriptArguments, "build_offline_dataset")  # a bad option or input: one line (--debug: traceback)

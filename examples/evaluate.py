@@ -6,6 +6,7 @@
     python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \
         --benchmarks aime2024 aime2025 amc minerva olympiadbench math500 arc_challenge gpqa_diamond mmlu_pro
     python examples/evaluate.py --benchmarks aime2024 --benchmark_files aime2024=data/aime_2024.jsonl   # no Hub
+    python examples/evaluate.py --model_name_or_path outputs/my-run --dataset_name my_problems.jsonl  # your own data
     python examples/evaluate.py --temperatures 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0   # OGER App. E (pass@8)
     python examples/evaluate.py --protocol ase --steering_bank out/ase-run/steering_bank  # ASE ^S with a saved bank
     python examples/evaluate.py --steering_build_from champ:train --steering_num_clusters 3 4 \
@@ -31,7 +32,8 @@ import time
 from dataclasses import dataclass, field
 
 import yaml
-from trl import TrlParser
+
+from trl_explore.cli import run_script
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
@@ -54,6 +56,13 @@ class EvalArguments:
                   "champ (held-out CHAMP, the CHAMP recipe's set), aime2024, aime2025, amc, math500, minerva, "
                   "olympiadbench, arc_challenge, gpqa_diamond, mmlu_pro, bbh."},
     )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Your own data set in the training format (prompt, answer, optional problem_id): a "
+                  ".jsonl/.json/.parquet/.csv file, a save_to_disk folder or a Hub id, evaluated with its own prompts "
+                  "as the benchmark 'own' (alone, unless --benchmarks names others too, e.g. 'own champ')."},
+    )
+    dataset_split: str = field(default="test", metadata={"help": "The split of --dataset_name (a file has one)."})
     benchmark_files: list[str] = field(
         default_factory=list,
         metadata={"help": "Local files in the Hub schema, as NAME=PATH (.jsonl/.json/.parquet), for machines "
@@ -146,6 +155,12 @@ def main(args: EvalArguments) -> dict:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", "smollm2-base" if model == "embedded" else pathlib.Path(model).name)
     out = pathlib.Path(args.output_dir or f"outputs/eval/{slug}")
     files = parse_files(args.benchmark_files)
+    benchmarks = list(args.benchmarks)
+    if args.dataset_name:  # your own data: the benchmark "own" (trl_explore.evaluation.own_data)
+        files["own"] = args.dataset_name
+        benchmarks = ["own"] if benchmarks == ["champ"] else list(dict.fromkeys([*benchmarks, "own"]))
+    elif "own" in benchmarks and "own" not in files:
+        raise ValueError("--benchmarks own needs --dataset_name PATH (your data set in the training format)")
     overrides = dict(num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                      max_new_tokens=args.max_new_tokens)
     steering = args.steering_bank is not None or args.steering_build_from is not None
@@ -154,9 +169,9 @@ def main(args: EvalArguments) -> dict:
         shutil.rmtree(partial_dir)
     generator = make_generator(model, backend=args.backend, batch_size=args.batch_size, seed=args.seed,
                                steering=steering, dtype=args.dtype, partial_dir=partial_dir)
-    records, summary = runner.evaluate(generator, benchmarks=args.benchmarks, protocol=args.protocol,
+    records, summary = runner.evaluate(generator, benchmarks=benchmarks, protocol=args.protocol,
                                        benchmark_files=files, limit=args.limit, seed=args.seed,
-                                       grader_mode=args.grader_mode, **overrides)
+                                       grader_mode=args.grader_mode, own_split=args.dataset_split, **overrides)
     summary["model"] = model
     baseline = results.load_summary(args.baseline_dir) if args.baseline_dir else None
     results.save_run(out, records, summary, label=label, baseline=baseline)
@@ -167,7 +182,8 @@ def main(args: EvalArguments) -> dict:
     protocol = get_protocol(args.protocol)
     datasets = None
     if args.temperatures or steering:
-        datasets = {b: load_benchmark(b, files.get(b), limit=args.limit) for b in args.benchmarks}
+        datasets = {b: load_benchmark(b, files.get(b), limit=args.limit, own_split=args.dataset_split)
+                    for b in benchmarks}
     if args.temperatures:
         sweep_records, sweep = sweeps.temperature_sweep(generator, datasets, protocol, args.temperatures,
                                                         k=args.sweep_k, seed=args.seed, **overrides)
@@ -201,12 +217,11 @@ def main(args: EvalArguments) -> dict:
         (out / "steering_sweep.md").write_text(inference.steering_table(rows) + "\n")
         print(inference.steering_table(rows))
     shutil.rmtree(partial_dir, ignore_errors=True)  # everything is saved: the finished batches are no longer needed
-    print(f"[evaluate] {model} on {', '.join(args.benchmarks)} in {time.perf_counter() - start:.1f} s "
+    print(f"[evaluate] {model} on {', '.join(benchmarks)} in {time.perf_counter() - start:.1f} s "
           f"(generation {sum(b['generation_seconds'] for b in summary['benchmarks'].values()):.1f} s); wrote {out}")
     return summary
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    (eval_args,) = TrlParser((EvalArguments,)).parse_args_and_config()
-    main(eval_args)
+    run_script(main, EvalArguments, "evaluate")  # a bad option or data set: one line (--debug: the traceback)

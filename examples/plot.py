@@ -1,6 +1,7 @@
 """Draw the papers' figures for one or more runs, overlaid.
 
-    python examples/plot.py                                   # the main job: outputs/oger-smollm2-ladder
+    python examples/plot.py                                   # the main job -> outputs/oger-smollm2-ladder/plots/
+    python examples/plot.py outputs/x outputs/eval/x          # a run and its evaluation -> outputs/plots/x/
     python examples/plot.py RUN_DIR [RUN_DIR ...] --labels OGER GRPO   # -> outputs/plots/OGER+GRPO/
 
 A RUN_DIR is a training output folder (its `trainer_state.json`, or the latest checkpoint's) and/or an
@@ -20,7 +21,8 @@ import sys
 from dataclasses import dataclass, field
 
 import yaml
-from trl import TrlParser
+
+from trl_explore.cli import run_script
 
 # the main job is examples/train_oger.py on its default recipe; its output folder is that recipe's output_dir
 MAIN_JOB_RECIPE = pathlib.Path(__file__).resolve().parent.parent / "recipes" / "oger_smollm2_ladder_cpu.yaml"
@@ -38,8 +40,9 @@ class PlotArguments:
     labels: list[str] = field(default_factory=list, metadata={"help": "Legend label per run (default: folder names)."})
     output_dir: str | None = field(
         default=None,
-        metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots for one run, "
-                  "outputs/plots/<label>+<label>+... for several)."},
+        metadata={"help": "Where to write the PNGs (default: RUN_DIR/plots for one folder; outputs/plots/<label> "
+                  "for a run's training and evaluation folders together; outputs/plots/<label>+<label>+... for "
+                  "several runs)."},
     )
     smooth: int = field(default=1, metadata={"help": "Rolling-mean window over training steps (1: raw)."})
 
@@ -65,5 +68,4 @@ def positional_to_flags(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    (plot_args,) = TrlParser((PlotArguments,)).parse_args_and_config(args=positional_to_flags(sys.argv[1:]))
-    main(plot_args)
+    run_script(main, PlotArguments, "plot", positional_to_flags(sys.argv[1:]))  # user errors: one line (--debug)

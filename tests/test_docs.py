@@ -195,10 +195,9 @@ def _load(spec: str, module=None):
 
 
 def _script_options(script: str, load_script) -> set[str]:
-    from trl import ModelConfig, TrlParser
+    from trl import TrlParser
 
-    from trl_explore.cli import make_parser
-    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+    from trl_explore.cli import make_parser, script_dataclasses
 
     module = load_script(script, f"docs_{pathlib.Path(script).stem}")  # the scripts run only under __main__
     data, config = SCRIPTS[script]
@@ -206,8 +205,7 @@ def _script_options(script: str, load_script) -> set[str]:
         parser = TrlParser((_load(data, module),))
     else:
         data_cls = _load(data) if data else module.ScriptArguments
-        parser = make_parser((data_cls, HeldoutEvalArguments, _load(config), ModelConfig),  # as run_training
-                             sections=(data_cls, HeldoutEvalArguments))
+        parser = make_parser(*script_dataclasses(data_cls, _load(config)))  # as run_training
     return set(parser._option_string_actions) | {"--config"}
 
 

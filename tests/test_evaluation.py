@@ -150,7 +150,7 @@ def test_pairwise_disagreement_bad_inputs():
 
 
 def test_registry_names_and_aliases():
-    assert set(FIXTURES) | {"champ", "ladder"} == set(bm.BENCHMARKS)
+    assert set(FIXTURES) | {"champ", "ladder", "own"} == set(bm.BENCHMARKS)  # own: tests/test_own_data.py
     for alias, name in [("AIME 2024", "aime2024"), ("aime25", "aime2025"), ("MATH-500", "math500"),
                         ("ARC-C", "arc_challenge"), ("GPQA-Diamond", "gpqa_diamond"),
                         ("MMLU-Pro", "mmlu_pro")]:  # fmt: skip
@@ -159,7 +159,7 @@ def test_registry_names_and_aliases():
         bm.benchmark_spec("gsm9k")
     for spec in bm.BENCHMARKS.values():
         assert spec.domain in ("math", "ood") and spec.grading in bm.GRADINGS
-        assert spec.hub_id or spec.name in ("champ", "ladder")
+        assert spec.hub_id or spec.name in ("champ", "ladder", "own")
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))

@@ -6,11 +6,19 @@ options first; :func:`make_parser` moves the fields of each method's options cla
 (:class:`~trl_explore.config.ComponentOptions`, e.g. ``OGEROptions``) into an argument group of its own, titled by the
 class's ``section``, and lists those groups before the rest. Parsing is unchanged: the fields stay fields of the same
 config class.
+
+User errors (:func:`user_errors`): a bad option, data set, Hub access or batch geometry stops a script with one line
+``[script] error: ...`` on stderr and exit status 2, no traceback; ``--debug`` (or ``TRL_EXPLORE_DEBUG=1``) shows the
+traceback. Abbreviated options are refused (``--max_step`` is not ``--max_steps``) and an unknown option or recipe
+key names the closest valid ones (:class:`ScriptParser`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -18,6 +26,113 @@ from collections.abc import Sequence
 from trl import GRPOConfig, TrlParser
 
 from trl_explore.config import ExplorationConfig, options_classes
+
+DEBUG_ENV = "TRL_EXPLORE_DEBUG"
+"""Environment variable: set to 1 to see the traceback of a user error (as ``--debug``)."""
+EXIT_USER_ERROR = 2
+"""Exit status of a script stopped by a user error (argparse's for a bad command line)."""
+
+
+class UnknownOptionError(ValueError):
+    """An option on the command line, or a key of a recipe, that no dataclass of the script declares."""
+
+
+def closest_options(name: str, valid: Sequence[str], n: int = 3) -> list[str]:
+    """Up to ``n`` names of ``valid`` closest to ``name`` (difflib's ratio >= 0.6), best first."""
+    return difflib.get_close_matches(name, list(valid), n=n, cutoff=0.6)
+
+
+def unknown_option_message(names: Sequence[str], valid: Sequence[str], where: str = "option") -> str:
+    """``"unknown option --max_stepz (did you mean --max_steps?)"`` for each of ``names`` (without their ``--``),
+    joined by "; "."""
+    parts = []
+    for name in names:
+        close = closest_options(name, valid)
+        hint = f" (did you mean {' or '.join('--' + c if where == 'option' else c for c in close)}?)" if close else ""
+        parts.append(f"unknown {where} {'--' + name if where == 'option' else repr(name)}{hint}")
+    return "; ".join(parts)
+
+
+class ScriptParser(TrlParser):
+    """The scripts' ``TrlParser``: no abbreviations (``allow_abbrev=False``); an unknown option raises
+    :class:`UnknownOptionError` naming the closest valid ones; argparse's own errors (a bad value, a missing value)
+    print one line instead of the usage and the error."""
+
+    def __init__(self, dataclass_types, **kwargs):
+        super().__init__(dataclass_types, allow_abbrev=False, **kwargs)
+
+    def option_names(self) -> list[str]:
+        """Every ``--name`` the parser accepts, without the dashes."""
+        return [s[2:] for s in self._option_string_actions if s.startswith("--") and "-" not in s[2:]]
+
+    def parse_known_args(self, args=None, namespace=None):
+        # Overrides argparse.ArgumentParser.parse_known_args, which HfArgumentParser.parse_args_into_dataclasses calls:
+        # left-over strings become one error naming the closest options, before any dataclass is built.
+        namespace, remaining = super().parse_known_args(args, namespace)
+        if remaining:
+            names = [r[2:].split("=", 1)[0] for r in remaining if r.startswith("--")]
+            if not names:
+                raise UnknownOptionError(f"unexpected argument(s) {remaining}: every value follows its --option")
+            raise UnknownOptionError(unknown_option_message(names, self.option_names()) + " (--help lists them)")
+        return namespace, remaining
+
+    def error(self, message):
+        # Overrides argparse.ArgumentParser.error (usage + message, exit 2): one line.
+        print(f"{self.prog}: error: {message} (--help lists the options)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def take_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--debug``, and whether a traceback is wanted (``--debug`` or ``TRL_EXPLORE_DEBUG=1``)."""
+    argv = list(argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes")
+    return [a for a in argv if a != "--debug"], debug
+
+
+def user_error_types() -> tuple[type[Exception], ...]:
+    """The exceptions :func:`user_errors` prints as one line: bad values and options (ValueError, TypeError,
+    KeyError), missing files, unsupported settings, Hub access."""
+    from trl_explore.hub import HubAccessError
+
+    return ValueError, TypeError, KeyError, FileNotFoundError, NotImplementedError, HubAccessError
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (a KeyError's without its quotes)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(text.split()) or type(error).__name__
+
+
+@contextlib.contextmanager
+def user_errors(tag: str, debug: bool = False):
+    """Inside: a user error (:func:`user_error_types`) prints ``[tag] error: <message>`` on one line to stderr (on the
+    main process only: ``RANK`` unset or 0) and exits with :data:`EXIT_USER_ERROR`, no traceback; with ``debug`` it
+    propagates (traceback). ``os._exit`` is not used: the process exits normally (buffers flushed).
+
+    Under ``accelerate launch`` the launcher then raises its own ``CalledProcessError`` for any non-zero exit (a
+    traceback of the launcher, after the script's line); ``accelerate launch -q`` (single process and DeepSpeed
+    launches) replaces it with a plain exit status 1.
+    """
+    try:
+        yield
+    except user_error_types() as error:
+        if debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            print(f"[{tag}] error: {one_line(error)} (--debug or {DEBUG_ENV}=1 shows the traceback)", file=sys.stderr,
+                  flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def run_script(main, dataclass_type: type, tag: str, argv: Sequence[str] | None = None):
+    """What a script without a recipe does (``evaluate.py``, ``build_offline_dataset.py``, ``plot.py``): parse
+    ``argv`` (default ``sys.argv[1:]``; ``--config`` a YAML of options) into ``dataclass_type`` with
+    :class:`ScriptParser` and return ``main(args)``, user errors as one line (:func:`user_errors`; ``--debug`` shows
+    the traceback)."""
+    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
+    with user_errors(tag, debug):
+        (args,) = ScriptParser((dataclass_type,)).parse_args_and_config(args=argv)
+        return main(args)
 
 
 def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) -> TrlParser:
@@ -32,7 +147,7 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
     Returns:
         The parser.
     """
-    parser = TrlParser(tuple(dataclass_types), usage="%(prog)s [--config RECIPE.yaml] [--option value ...]")
+    parser = ScriptParser(tuple(dataclass_types), usage="%(prog)s [--config RECIPE.yaml] [--option value ...]")
     found = list(sections) + [cls for dtype in dataclass_types for cls in reversed(options_classes(dtype))]
     groups = []
     for section_cls in dict.fromkeys(found):  # keep the order, drop repeats
@@ -71,9 +186,97 @@ def parse_args(dataclass_types: Sequence[type], recipe: str | pathlib.Path, argv
     ``--config`` is given (options on the command line override the recipe's)."""
     parser = make_parser(dataclass_types, sections)
     argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        parser.parse_args(["--help"])  # exits with the help text, before the recipe is read
-    return parser.parse_args_and_config(args=with_default_recipe(argv, recipe))
+    if any(a in HELP_FLAGS for a in argv):  # the help text with the recipe's values, then exit
+        print(help_text(parser, [a for a in argv if a not in HELP_FLAGS], recipe, full="--help_all" in argv))
+        sys.exit(0)
+    argv = with_default_recipe(argv, recipe)
+    argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]  # TRL: "--config"
+    recipe_path, recipe_values = read_recipe(argv, parser)
+    try:
+        return parser.parse_args_and_config(args=argv)
+    except UnknownOptionError:
+        raise
+    except ValueError as error:  # a config check: say which of the options it names the recipe sets
+        given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+        named = [f"{key}: {value}" for key, value in recipe_values.items()
+                 if key != "env" and key not in given and _names(str(error), key)]
+        if not named:
+            raise
+        raise type(error)(f"{error} [set in the recipe {recipe_path}: {', '.join(named)}; an option on the command "
+                          f"line overrides the recipe]") from error
+
+
+HELP_FLAGS = ("-h", "--help", "--help_all")
+COMMON_OPTIONS = (
+    "model_name_or_path", "output_dir", "max_steps", "num_train_epochs", "learning_rate", "num_generations",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "temperature", "beta",
+    "loss_type", "scale_rewards", "eval_strategy", "eval_steps", "logging_steps", "save_strategy", "seed", "bf16",
+    "use_vllm", "push_to_hub", "resume_from_checkpoint", "report_to",
+)
+"""TRL / Transformers options the short ``--help`` lists (with every option the recipe sets)."""
+
+
+def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = False) -> str:
+    """The scripts' ``--help``: the recipe it applies (``--config`` in ``argv``, else ``recipe``), its values as the
+    defaults shown, the scripts' and methods' options, and of TRL's and Transformers' ~200 options only
+    :data:`COMMON_OPTIONS` and those the recipe sets; ``full``: every option (``--help_all``)."""
+    argv = [part for a in with_default_recipe(argv, recipe)
+            for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
+    path, values = read_recipe(argv, parser)
+    parser.set_defaults_with_config(**{k: v for k, v in values.items() if k != "env"})
+    head = (f"Recipe: {path} (the defaults shown are its values; --config RECIPE.yaml applies another, an option on "
+            f"the command line overrides it). --debug: the traceback of an error, which is otherwise one line.")
+    trl_group = parser._optionals
+    if full:
+        return head + "\n\n" + parser.format_help()
+    keep = set(COMMON_OPTIONS) | set(values)
+    hidden = [a for a in trl_group._group_actions if a.dest not in keep and a.dest != "help"]
+    trl_group._group_actions[:] = [a for a in trl_group._group_actions if a not in hidden]
+    for action in parser._actions:  # short: no --dash-spelled aliases; TRL's help texts cut to their first sentence
+        action.option_strings = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
+        if action in trl_group._group_actions and action.help:
+            first = action.help.split(". ")[0].rstrip(".")
+            action.help = first if len(first) <= 160 else first[:157] + "..."
+    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets ({len(hidden)} more: "
+                       f"--help_all)")
+    return head + "\n\n" + parser.format_help()
+
+
+def _names(message: str, key: str) -> bool:
+    import re
+
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) is not None
+
+
+def read_recipe(argv: Sequence[str], parser: ScriptParser) -> tuple[str | None, dict]:
+    """The recipe ``argv`` names (``--config PATH`` or ``--config=PATH``) and its values, checked against the
+    parser's options.
+
+    Raises:
+        FileNotFoundError: no such recipe file.
+        UnknownOptionError: a key no option has, with the closest option names.
+    """
+    import yaml
+
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    if path is None:
+        return None, {}
+    if not pathlib.Path(path).is_file():
+        raise FileNotFoundError(f"no recipe file {path} (--config)")
+    with open(path) as handle:
+        values = yaml.safe_load(handle) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"the recipe {path} must be a YAML mapping of option: value")
+    valid = {action.dest for action in parser._actions}
+    unknown = [key for key in values if key != "env" and key not in valid]
+    if unknown:
+        raise UnknownOptionError(f"the recipe {path}: " + unknown_option_message(unknown, sorted(valid), "key"))
+    return path, values
 
 
 def model_init_kwargs(model_args) -> dict:
@@ -85,10 +288,24 @@ def model_init_kwargs(model_args) -> dict:
             "dtype": dtype}
 
 
+def script_dataclasses(script_cls: type, config_cls: type) -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """The dataclasses a training script parses, in order (its data options, the held-out evaluation, the readiness
+    check, the method's config, TRL's ``ModelConfig``), and those shown first in ``--help``."""
+    from trl import ModelConfig
+
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+    from trl_explore.readiness import ReadinessArguments
+
+    sections = (script_cls, HeldoutEvalArguments, ReadinessArguments)
+    return (*sections, config_cls, ModelConfig), sections
+
+
 def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, argv: Sequence[str] | None = None,
                  after_train=None):
     """What each training script does: parse (method options first in ``--help``; the default ``recipe`` without
-    ``--config``), check Hub access, load the data, build ``trainer_cls``, train, save, write the card and print one
+    ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
+    access, load the data, build ``trainer_cls``, run the readiness check (:mod:`trl_explore.readiness`; its watch
+    warns during training), train, save, write the card and print one
     readable summary.
 
     Args:
@@ -105,50 +322,79 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     """
     import time
 
-    from trl import ModelConfig, get_peft_config
+    from trl import get_peft_config
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.evaluation.heldout import HeldoutEvalArguments, HeldoutEvaluator, save_heldout
+    from trl_explore.evaluation.heldout import (
+        HeldoutEvaluator,
+        save_heldout,
+    )
+    from trl_explore.evaluation.own_data import training_and_eval_data
     from trl_explore.hub import check_hub_access
+    from trl_explore.readiness import NothingLearnedWatch, check_readiness
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
 
     filter_known_warnings()
-    script_cls = script_cls or DataArguments
-    script_args, eval_args, training_args, model_args = parse_args(
-        (script_cls, HeldoutEvalArguments, config_cls, ModelConfig), recipe, argv,
-        sections=(script_cls, HeldoutEvalArguments))
-    check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
-    if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for its golds (CHAMP)
-        training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
-    start = time.perf_counter()
-    if not script_args.completion_panel:
-        silence_trl_completion_panel()
-    training_args.model_init_kwargs = model_init_kwargs(model_args)
-    model_name = model_args.model_name_or_path or "embedded"
-    tokenizer = None
-    if script_args.max_prompt_tokens is not None:
-        from transformers import AutoTokenizer
+    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
+    with user_errors(tag, debug):  # before training: a bad option, data set, Hub access or geometry is one line
+        script_cls = script_cls or DataArguments
+        types, sections = script_dataclasses(script_cls, config_cls)
+        script_args, eval_args, ready_args, training_args, model_args = parse_args(types, recipe, argv, sections)
+        check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
+        if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
+            training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
+        start = time.perf_counter()
+        if not script_args.completion_panel:
+            silence_trl_completion_panel()
+        training_args.model_init_kwargs = model_init_kwargs(model_args)
+        model_name = model_args.model_name_or_path or "embedded"
+        tokenizer = None
+        if script_args.max_prompt_tokens is not None:
+            from transformers import AutoTokenizer
 
-        from trl_explore.defaults import resolve_model_path
+            from trl_explore.defaults import resolve_model_path
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
-    offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
-    dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
-                                 tokenizer=tokenizer,
-                                 offline_column=getattr(training_args, "offline_completions_column", ""))
-    trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
-                          peft_config=get_peft_config(model_args))
-    use_compact_logs(trainer)
-    evaluator = None
-    if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
-        evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
-        before = evaluator("before")
-        if before is not None:  # one table per prompt format (training, and neutral unless eval_neutral_format false)
-            done = [r["before"] for r in evaluator.by_format.values()]
-            took = ("read back from the cache (eval_cache)" if all(r.cached for r in done) else
-                    f"{sum(r.seconds for r in done if not r.cached):.0f} s")
-            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(evaluator.before_tables()))
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_name))
+        offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
+        dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
+                                     tokenizer=tokenizer,
+                                     offline_column=getattr(training_args, "offline_completions_column", ""))
+        dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
+        if own_eval is not None and training_args.eval_strategy != "no":  # TRL's evaluation loop: eval_reward
+            if not hasattr(training_args, "offline_completions_column"):
+                own_eval = own_eval.select_columns(["prompt", "answer", "problem_id"])
+        trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
+                              eval_dataset=own_eval if training_args.eval_strategy != "no" else None,
+                              peft_config=get_peft_config(model_args))
+        if own_eval is not None and trainer.accelerator.is_main_process:
+            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on)",
+                  flush=True)
+        use_compact_logs(trainer)
+        trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing is learned
+        if ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
+            if trainer.accelerator.is_main_process:
+                print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
+                      f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)
+            report = check_readiness(trainer, dataset, ready_args.readiness_prompts)
+            if trainer.accelerator.is_main_process:
+                print("\n".join(f"[{tag}] {line}" for line in report.lines), flush=True)
+        evaluator = None
+        if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
+            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
+                                         problems=own_eval)
+            if trainer.accelerator.is_main_process:  # the evaluation shows progress bars; say what it is first
+                where = "your held-out problems" if own_eval is not None else f"{eval_args.eval_benchmark} " \
+                                                                              f"{eval_args.eval_split}"
+                print(f"[{tag}] held-out evaluation before training on {where}: {eval_args.eval_problems} problems "
+                      f"at most, {eval_args.eval_samples} samples" + (" + 1 greedy" if eval_args.eval_greedy else "")
+                      + " each (--eval_heldout false skips it) ...", flush=True)
+            before = evaluator("before")
+            if before is not None:  # one table per prompt format (training, and neutral unless eval_neutral_format false)
+                done = [r["before"] for r in evaluator.by_format.values()]
+                took = ("read back from the cache (eval_cache)" if all(r.cached for r in done) else
+                        f"{sum(r.seconds for r in done if not r.cached):.0f} s")
+                print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(evaluator.before_tables()))
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)

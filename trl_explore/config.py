@@ -98,7 +98,9 @@ class ExplorationConfig(GRPOConfig):
             start (CPU, tests), slower to decode. Steering works in both modes.
 
     Raises:
-        ValueError: an unknown grader mode; any check of a method's options class among the bases.
+        ValueError: an unknown name for a TRL option with a closed set of values (`check_trl_choices`) or for
+            `grader_mode` / `gold_normalizer`, naming the valid ones; a generation batch that does not hold whole
+            groups (`batch_geometry_error`); any check of a method's options class among the bases.
     """
 
     grader_mode: str = field(
@@ -116,12 +118,75 @@ class ExplorationConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        super().__post_init__()
+        check_trl_choices(self)  # before TRL's own checks: a mistyped name would otherwise fail in step 1
+        try:
+            super().__post_init__()
+        except ValueError as error:
+            raise batch_geometry_error(self, error) from None
         GRADER_MODES.check(self.grader_mode, "grader_mode")
         GOLD_NORMALIZERS.check(self.gold_normalizer, "gold_normalizer")
         for options_cls in options_classes(type(self)):
             options_cls.validate(self)
             options_cls.apply(self, self)
+
+
+TRL_CHOICES: dict[str, tuple] = {
+    "loss_type": ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
+    "scale_rewards": ("group", "batch", "none", True, False),
+    "importance_sampling_level": ("token", "sequence"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "vllm_mode": ("colocate", "server"),
+    "vllm_model_impl": ("vllm", "transformers", "auto"),
+    "vllm_importance_sampling_mode": ("sequence_mask", "token_mask", "token_truncate", "sequence_truncate"),
+}
+"""TRL 1.16's ``GRPOConfig`` options that take one of a few names, with those names (read from
+``trl/trainer/grpo_config.py``'s help texts and ``grpo_trainer.py``'s branches; ``tests/test_config.py`` checks them
+against TRL's help). TRL itself checks none of them when the config is built: a mistyped ``loss_type`` failed inside
+the loss of the first step."""
+
+
+def check_trl_choices(args) -> None:
+    """Check every option of :data:`TRL_CHOICES` on ``args`` (a ``GRPOConfig``) before TRL's ``__post_init__``
+    (``scale_rewards`` given as the string ``"true"`` / ``"false"`` becomes TRL's ``True`` / ``False``).
+
+    Raises:
+        ValueError: ``"loss_type='dr-grpo' is not a valid loss_type; valid: dapo, grpo, dr_grpo, ... (did you mean
+            'dr_grpo'?)"`` for the first option whose value is not one of its names.
+    """
+    import difflib
+
+    if isinstance(getattr(args, "scale_rewards", None), str) and args.scale_rewards.lower() in ("true", "false"):
+        args.scale_rewards = args.scale_rewards.lower() == "true"  # the command line's spelling of TRL's True / False
+    for option, valid in TRL_CHOICES.items():
+        value = getattr(args, option, None)
+        if value is None and option not in ("loss_type", "scale_rewards", "importance_sampling_level"):
+            continue
+        if any(value == name and type(value) is type(name) for name in valid):
+            continue
+        names = [str(name) for name in valid if isinstance(name, str)]
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{option}={value!r} is not a valid {option}; valid: {', '.join(names)}{hint}")
+
+
+def batch_geometry_error(args, error: ValueError) -> ValueError:
+    """TRL's ``GRPOConfig`` error ``error`` as it stands, or, for its batch-geometry errors (a generation batch that
+    does not hold whole groups), one that names every option of the product and the values that would fit.
+
+    ``generation_batch_size = per_device_train_batch_size x processes x steps_per_generation`` (TRL's default
+    ``steps_per_generation`` is ``gradient_accumulation_steps``) must be a multiple of ``num_generations``."""
+    message = str(error)
+    if "must be divisible by num_generations" not in message:
+        return error
+    per_device, steps = args.per_device_train_batch_size, args.steps_per_generation
+    processes, batch, group = args.world_size, args.generation_batch_size, args.num_generations
+    fits = [k for k in range(2, batch + 1) if batch % k == 0]
+    return ValueError(
+        f"the generation batch must hold whole groups of num_generations completions: generation_batch_size = "
+        f"per_device_train_batch_size ({per_device}) x processes ({processes}) x steps_per_generation ({steps}) = "
+        f"{batch} is not a multiple of num_generations ({group}); set num_generations to one of {fits}, or change "
+        f"per_device_train_batch_size / steps_per_generation (default: gradient_accumulation_steps) so that the "
+        f"product is a multiple of {group}")
 
 
 def default_verifier(args):

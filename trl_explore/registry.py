@@ -54,7 +54,11 @@ class Registry:
     def check(self, name: str, option: str | None = None) -> str:
         """``name`` if registered, else ValueError naming ``option`` (default: the registry's) and the valid names."""
         if not isinstance(name, str) or name not in self._entries:
-            raise ValueError(f"{option or self.option}={name!r} is not a {self.kind}; valid: {', '.join(self)}")
+            import difflib
+
+            close = difflib.get_close_matches(str(name), list(self._entries), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{option or self.option}={name!r} is not a {self.kind}; valid: {', '.join(self)}{hint}")
         return name
 
     def help(self, name: str) -> str:

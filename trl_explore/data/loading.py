@@ -12,7 +12,8 @@ def load_split(dataset_name: str, split: str = "train", **options):
         dataset_name: ``"champ"`` (the embedded CHAMP multi-teacher set, built and cached on first use by
             :func:`trl_explore.data.load_default_offline_dataset`; splits ``train``, ``test``), ``"ladder"`` (the
             generated arithmetic ladder, :func:`trl_explore.data.ladder_dataset`; splits ``train``, ``validation``,
-            ``test``), a folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``), or a Hugging Face
+            ``test``), a ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` file (one split: ``split`` is ignored), a
+            folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``), or a Hugging Face
             Hub dataset id (needs network).
         split: the split to return (ignored for a folder holding a single ``Dataset``).
         options: keyword arguments of ``load_default_offline_dataset`` (``"champ"``) or of ``ladder_dataset``
@@ -35,6 +36,11 @@ def load_split(dataset_name: str, split: str = "train", **options):
         from trl_explore.data.ladder import ladder_dataset
 
         splits = ladder_dataset(**options)
+    elif os.path.isfile(os.path.expanduser(dataset_name)) and dataset_name.rsplit(".", 1)[-1] in DATA_FILE_TYPES:
+        from datasets import load_dataset
+
+        builder = DATA_FILE_TYPES[dataset_name.rsplit(".", 1)[-1]]  # one file: one split, whatever `split` says
+        return load_dataset(builder, data_files=os.path.expanduser(dataset_name), split="train")
     elif os.path.isdir(os.path.expanduser(dataset_name)):
         from datasets import load_from_disk
 
@@ -59,7 +65,10 @@ def load_split(dataset_name: str, split: str = "train", **options):
     return splits[split]
 
 
-_KINDS = "a data set is 'champ', 'ladder', a folder written by save_to_disk or a Hub dataset id"
+_KINDS = ("a data set is 'champ', 'ladder', a .jsonl/.json/.parquet/.csv file, a folder written by save_to_disk or a "
+          "Hub dataset id")
+DATA_FILE_TYPES = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}
+"""File suffixes :func:`load_split` reads as one data set (``datasets``' builder of each)."""
 
 
 def looks_like_a_path(name: str) -> bool:

@@ -46,6 +46,22 @@ class DataArguments(PassRateFilterArguments):
     max_prompt_tokens: int | None = field(
         default=None, metadata={"help": "Drop prompts longer than this many tokens (chat template applied)."}
     )
+    eval_fraction: float = field(
+        default=0.0,
+        metadata={"help": "Hold out this share of the training problems (chosen by a seeded hash of problem_id, "
+                  "taken out of training) as your own evaluation set, for --eval_strategy steps and --eval_heldout "
+                  "(0: none)."},
+    )
+    eval_dataset_split: str | None = field(
+        default=None,
+        metadata={"help": "Evaluate on this split of dataset_name (e.g. 'test'), or of eval_dataset_name, with the "
+                  "training prompt: for --eval_strategy steps and --eval_heldout."},
+    )
+    eval_dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A second data set in the training format to evaluate on (a .jsonl/.parquet file, a "
+                  "save_to_disk folder or a Hub id; split eval_dataset_split, default 'train')."},
+    )
     completion_panel: bool = field(
         default=False,
         metadata={"help": "With log_completions: print TRL's per-step panel of completions. Off: the rows are still "

@@ -151,6 +151,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       hub_configs=BBH_TASKS, task_field="task", source="ASE Tables 1-2 (OOD)"),
         BenchmarkSpec("champ", "CHAMP (held-out)", "math", "math", None, "test", "problem", "answer", "problem_id",
                       source="embedded default: held-out CHAMP problems of the offline data set"),
+        BenchmarkSpec("own", "Your data", "math", "math", None, "test", "prompt", "answer", "problem_id",
+                      source="a data set in the training format (prompt, answer, problem_id): docs/own-data.md"),
         BenchmarkSpec("ladder", "Ladder (held-out)", "math", "math", None, "test", "problem", "answer", "problem_id",
                       source="embedded: held-out problems of the arithmetic ladder (trl_explore.data.ladder)"),
     )
@@ -171,6 +173,7 @@ _ALIASES = {
     "arc": "arc_challenge", "arcc": "arc_challenge", "arcchallenge": "arc_challenge",
     "gpqa": "gpqa_diamond", "gpqad": "gpqa_diamond", "gpqadiamond": "gpqa_diamond",
     "mmlupro": "mmlu_pro", "bbh": "bbh", "bigbenchhard": "bbh", "champ": "champ", "ladder": "ladder",
+    "own": "own",
 }  # fmt: skip
 
 
@@ -402,6 +405,7 @@ def load_benchmark(
     champ_kwargs: dict | None = None,
     ladder_split: str = "test",
     ladder_kwargs: dict | None = None,
+    own_split: str = "test",
 ):
     """Load one benchmark as a ``datasets.Dataset`` with the columns :data:`BENCHMARK_COLUMNS`.
 
@@ -417,6 +421,8 @@ def load_benchmark(
             choose settings, never ``"test"``).
         ladder_kwargs: keyword arguments of :func:`trl_explore.data.ladder_dataset` for ``ladder`` (e.g.
             ``{"levels": ["two_digit"]}``; the defaults give the splits the training job uses).
+        own_split: for ``own`` (``path``: a data set in the training format, see
+            :func:`trl_explore.evaluation.own_data.load_own_rows`), its split (a single file has one).
 
     Returns:
         ``datasets.Dataset``, one row per problem, in source order.
@@ -435,6 +441,10 @@ def load_benchmark(
         rows = _embedded_rows("champ", champ_split, champ_kwargs or {})
     elif spec.name == "ladder" and path is None:
         rows = _embedded_rows("ladder", ladder_split, ladder_kwargs or {})
+    elif spec.name == "own":  # a data set in the training format, its own prompts (trl_explore.evaluation.own_data)
+        from trl_explore.evaluation.own_data import load_own_rows
+
+        rows = load_own_rows(path, own_split)
     else:
         records = read_records(path) if path is not None else _hub_records(spec)
         if spec.task_field and path is not None:

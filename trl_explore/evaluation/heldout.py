@@ -276,7 +276,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
                      batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False,
-                     prompt_format: str = "training") -> HeldoutResult:
+                     prompt_format: str = "training", problems=None) -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
     ``greedy``, one greedy completion per problem, graded like the training reward.
 
@@ -293,6 +293,8 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
         grader_mode: the grader's mode (the training reward's ``grader_mode``).
         show_progress: progress bars.
         prompt_format: how the problems are asked (:data:`HELDOUT_PROMPT_FORMATS`; default ``"training"``).
+        problems: the rows to evaluate instead (benchmark rows with their own prompts, e.g. your own held-out
+            problems: :func:`trl_explore.evaluation.own_data.own_rows`); ``benchmark`` then only names them.
 
     Returns:
         :class:`HeldoutResult`.
@@ -305,7 +307,8 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
     from trl_explore.sampling.plan import SamplingPlan
 
     start = time.perf_counter()
-    dataset = heldout_problems(benchmark, split, levels, num_problems, prompt_format)
+    dataset = problems if problems is not None else heldout_problems(benchmark, split, levels, num_problems,
+                                                                      prompt_format)
     generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress)
     plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=1.0, top_k=0,
                         max_new_tokens=max_new_tokens)
@@ -479,6 +482,9 @@ class HeldoutEvaluator:
             ``max_completion_length`` or else ``args.max_completion_length``, and ``args.grader_mode``).
         options: the :class:`HeldoutEvalArguments`.
         levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
+        problems: held-out rows of your own data (training format, e.g. from
+            :func:`~trl_explore.evaluation.own_data.training_and_eval_data`) evaluated instead of ``eval_benchmark``
+            (their first ``eval_problems``), with their own prompts.
 
     Attributes:
         formats: ``("training", "neutral")`` with ``eval_neutral_format`` on the ladder, else ``("training",)``.
@@ -488,11 +494,19 @@ class HeldoutEvaluator:
     (DeepSpeed ZeRO-3, FSDP) is not evaluated: a warning names the option.
     """
 
-    def __init__(self, trainer, options: HeldoutEvalArguments, levels: Sequence[str] | None = None):
+    def __init__(self, trainer, options: HeldoutEvalArguments, levels: Sequence[str] | None = None, problems=None):
         self.trainer = trainer
+        self.problems = None
+        if problems is not None:  # your own held-out problems (trl_explore.evaluation.own_data)
+            from datasets import Dataset
+
+            from trl_explore.evaluation.own_data import own_rows
+
+            self.problems = Dataset.from_list(own_rows(problems.select(range(min(len(problems),
+                                                                                 options.eval_problems)))))
         self.options = options
         self.levels = options.eval_levels if options.eval_levels is not None else levels
-        neutral = options.eval_neutral_format and options.eval_benchmark == "ladder"
+        neutral = options.eval_neutral_format and options.eval_benchmark == "ladder" and problems is None
         self.formats: tuple[str, ...] = ("training", "neutral") if neutral else ("training",)
         self.by_format: dict[str, dict[str, HeldoutResult]] = {f: {} for f in self.formats}
         self.results: dict[str, HeldoutResult] = self.by_format["training"]
@@ -522,19 +536,26 @@ class HeldoutEvaluator:
         return self.results.get(label) if t.accelerator.is_main_process else None
 
     def _evaluate(self, prompt_format: str) -> HeldoutResult:
-        """One evaluation of the current weights in ``prompt_format`` (cached: :func:`cached_evaluation`)."""
+        """One evaluation of the current weights in ``prompt_format`` (cached: :func:`cached_evaluation`); your own
+        held-out problems (``self.problems``) are asked with their own prompts."""
         t, o = self.trainer, self.options
         model = t.accelerator.unwrap_model(t.model)
-        settings = dict(benchmark=o.eval_benchmark, split=o.eval_split, levels=self.levels,
+        own = self.problems is not None
+        settings = dict(benchmark="own" if own else o.eval_benchmark, split="held-out" if own else o.eval_split,
+                        levels=None if own else self.levels,
                         num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
                         greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or _max_completion_length(t),
                         seed=o.eval_seed, batch_size=o.eval_batch_size,
                         grader_mode=getattr(t.args, "grader_mode", "math_verify"), prompt_format=prompt_format)
-        rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems, prompt_format)
+        rows = self.problems if own else heldout_problems(o.eval_benchmark, o.eval_split, self.levels,
+                                                          o.eval_problems, prompt_format)
         text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
         problems = hashlib.sha256(text.encode()).hexdigest()[:16]
         return cached_evaluation(model, {**settings, "problems": problems},
-                                 lambda: evaluate_heldout(model, t.processing_class, **settings), cache=o.eval_cache)
+                                 lambda: evaluate_heldout(model, t.processing_class, **settings,
+                                                          problems=rows if own else None,
+                                                          show_progress=True),  # bars: minutes on a CPU
+                                 cache=o.eval_cache)
 
     def before_tables(self, label: str = "before") -> list[str]:
         """The table of each format's ``label`` evaluation alone (lines; main process, after ``self(label)``)."""

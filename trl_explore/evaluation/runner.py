@@ -109,6 +109,7 @@ def evaluate(
     show_progress: bool = True,
     llm_kwargs: Mapping[str, Any] | None = None,
     grader_mode: str = "math_verify",
+    own_split: str = "test",
     **overrides,
 ) -> tuple[list[dict], dict]:
     """Evaluate a policy on several benchmarks under one protocol.
@@ -131,6 +132,8 @@ def evaluate(
         show_progress: progress bars.
         llm_kwargs: extra ``vllm.LLM`` arguments.
         grader_mode: the grader mode of maths answers (default ``"math_verify"``, the training reward's).
+        own_split: the split of the ``own`` benchmark's data set (``benchmark_files["own"]``: your data in the
+            training format, with its own prompts; :mod:`trl_explore.evaluation.own_data`).
         **overrides: sampling-plan overrides (``num_samples``, ``temperature``, ``top_p``, ``top_k``,
             ``max_new_tokens``); ``None`` values are ignored.
 
@@ -157,7 +160,7 @@ def evaluate(
                                    steering=steering is not None, show_progress=show_progress, llm_kwargs=llm_kwargs)
     backend = "vllm" if isinstance(generator, VLLMGenerator) else "transformers"
     model_name = model if isinstance(model, str) else getattr(getattr(generator, "model", None), "name_or_path", None)
-    datasets = {name: load_benchmark(name, files.get(name), limit=limit) for name in names}
+    datasets = {name: load_benchmark(name, files.get(name), limit=limit, own_split=own_split) for name in names}
     records, per_benchmark = [], {}
     for name, dataset in datasets.items():
         plan = protocol.plan(name, **overrides)

@@ -1,0 +1,140 @@
+"""Evaluate on your own data (issue 32): the held-out problems of a data set in the training format.
+
+The training format is the one the training scripts read (docs/own-data.md): a ``prompt`` (chat messages, or a
+string taken as one user message), a gold ``answer`` and an optional ``problem_id`` (default: a hash of the
+prompt). Its held-out problems come from one of (``DataArguments``):
+
+* ``eval_fraction``: a share of the training problems, taken out of training (:func:`hold_out`: chosen by a seeded
+  hash of the problem id, so the same problems are held out whatever the row order);
+* ``eval_dataset_split``: another split of ``dataset_name`` (e.g. ``test``);
+* ``eval_dataset_name``: a second data set (a file, a ``save_to_disk`` folder or a Hub id), its
+  ``eval_dataset_split`` (default ``train``; a file has one split).
+
+They are evaluated with their own prompt, the training one: by TRL's evaluation loop (``--eval_strategy steps``,
+``eval_reward`` in the plots), by the before/after table of ``--eval_heldout`` and by ``examples/evaluate.py
+--dataset_name PATH`` (the ``own`` benchmark: :func:`load_own_rows`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+OWN = "own"
+"""The benchmark name of a data set in the training format (``trl_explore.evaluation.benchmarks``)."""
+
+
+def _problem_key(prompt) -> str:
+    return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
+def as_messages(prompt, where: str) -> list[dict]:
+    """A row's prompt as chat messages (a string is one user message). Raises ValueError naming ``where``."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) and "content" in m for m in prompt):
+        raise ValueError(f"{where}: 'prompt' must be a string or a list of {{'role', 'content'}} messages, got "
+                         f"{str(prompt)[:80]!r}")
+    return [{"role": m.get("role", "user"), "content": str(m["content"])} for m in prompt]
+
+
+def training_format(dataset):
+    """``dataset`` with the columns the trainers read: ``answer`` (from a verl ``reward_model.ground_truth`` when
+    absent) and ``problem_id`` (a hash of the prompt when absent).
+
+    Raises:
+        ValueError: no ``prompt`` or no ``answer`` column (the message lists the columns there are).
+    """
+    columns = dataset.column_names
+    if "answer" not in columns and "reward_model" in columns:  # verl parquet layout
+        dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
+    missing = [c for c in ("prompt", "answer") if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"the evaluation data has no column {missing}; its columns: {columns} (the training format: "
+                         f"prompt, answer, optional problem_id; docs/own-data.md)")
+    if "problem_id" not in dataset.column_names:
+        dataset = dataset.map(lambda row: {"problem_id": _problem_key(row["prompt"])})
+    return dataset
+
+
+def own_rows(dataset, name: str = OWN) -> list[dict]:
+    """Benchmark rows (``trl_explore.evaluation.benchmarks.BENCHMARK_COLUMNS``) of a data set in the training
+    format, each with its own prompt; graded as maths answers.
+
+    Raises:
+        ValueError: a missing column, a bad prompt or an empty answer (naming the row), a repeated problem id.
+    """
+    from trl_explore.evaluation.benchmarks import _text
+
+    dataset = training_format(dataset)
+    rows, seen = [], {}
+    for index, record in enumerate(dataset):
+        where = f"evaluation data, row {index} (id {record['problem_id']!r})"
+        prompt = as_messages(record["prompt"], where)
+        users = [m["content"] for m in prompt if m["role"] == "user"]
+        pid = str(record["problem_id"])
+        if pid in seen:
+            raise ValueError(f"evaluation data: rows {seen[pid]} and {index} share the problem id {pid!r}")
+        seen[pid] = index
+        rows.append({"benchmark": name, "problem_id": pid, "problem": users[-1] if users else prompt[-1]["content"],
+                     "answer": _text(record["answer"], "answer", where), "grading": "math", "domain": "math",
+                     "choices": [], "prompt": prompt})
+    return rows
+
+
+def load_own_rows(path, split: str = "test") -> list[dict]:
+    """:func:`own_rows` of the data set at ``path`` (a file, a ``save_to_disk`` folder or a Hub id; ``split`` of a
+    folder or Hub data set holding several). Raises ValueError without ``path``."""
+    from trl_explore.data.loading import load_split
+
+    if path is None:
+        raise ValueError("the 'own' benchmark needs a data set: examples/evaluate.py --dataset_name PATH "
+                         "(a .jsonl/.parquet file or a save_to_disk folder in the training format)")
+    return own_rows(load_split(str(path), split))
+
+
+def hold_out(dataset, fraction: float, seed: int = 0):
+    """Split ``dataset`` into (training rows, held-out rows): ``round(fraction * n)`` problems (at least 1) are held
+    out, those whose ``sha1(f"{seed}:{problem_id}")`` is smallest, so the choice does not depend on the row order;
+    both parts keep the original order.
+
+    Raises:
+        ValueError: ``fraction`` not in (0, 1), or fewer than 2 rows (nothing would be left to train on).
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"eval_fraction must be in (0, 1), got {fraction}")
+    n = len(dataset)
+    if n < 2:
+        raise ValueError(f"eval_fraction={fraction} needs at least 2 training problems, got {n}")
+    count = min(max(1, round(fraction * n)), n - 1)
+    keys = [hashlib.sha1(f"{seed}:{pid}".encode()).hexdigest() for pid in dataset["problem_id"]]
+    held = set(sorted(range(n), key=lambda i: (keys[i], i))[:count])
+    return (dataset.select([i for i in range(n) if i not in held]), dataset.select(sorted(held)))
+
+
+def training_and_eval_data(data_args, train_dataset, seed: int = 0):
+    """The training rows and the held-out rows (training format, or None) of ``data_args`` (module docstring).
+
+    Raises:
+        ValueError: more than one source given (``eval_fraction`` with a split or a second data set), an
+            evaluation set without its columns, or an empty one.
+    """
+    from trl_explore.data.loading import load_split
+
+    fraction = getattr(data_args, "eval_fraction", 0.0) or 0.0
+    name, split = getattr(data_args, "eval_dataset_name", None), getattr(data_args, "eval_dataset_split", None)
+    if fraction and (name or split):
+        raise ValueError("give one source of held-out problems: eval_fraction (a share of the training set), or "
+                         "eval_dataset_split / eval_dataset_name (another split, a second data set)")
+    if fraction:
+        return hold_out(train_dataset, fraction, seed)
+    if not (name or split):
+        return train_dataset, None
+    source = name or data_args.dataset_name
+    if source == data_args.dataset_name and (split or "train") == data_args.dataset_train_split:
+        raise ValueError(f"eval_dataset_split={split or 'train'!r} is the training split: evaluate on held-out "
+                         f"problems (another split, a second data set or eval_fraction)")
+    heldout = training_format(load_split(source, split or "train"))
+    if len(heldout) == 0:
+        raise ValueError(f"the evaluation data ({source}, split {split or 'train'!r}) is empty")
+    return train_dataset, heldout
