@@ -390,11 +390,12 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                       f"at most, {eval_args.eval_samples} samples" + (" + 1 greedy" if eval_args.eval_greedy else "")
                       + " each (--eval_heldout false skips it) ...", flush=True)
             before = evaluator("before")
-            if before is not None:  # one table per prompt format (training, and neutral unless eval_neutral_format false)
+            if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
                 done = [r["before"] for r in evaluator.by_format.values()]
                 took = ("read back from the cache (eval_cache)" if all(r.cached for r in done) else
                         f"{sum(r.seconds for r in done if not r.cached):.0f} s")
-                print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(evaluator.before_tables()))
+                tables = "\n".join(evaluator.before_tables())
+                print(f"[{tag}] held-out evaluation before training ({took}):\n{tables}")
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
