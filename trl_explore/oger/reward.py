@@ -6,6 +6,7 @@ With ``reward_funcs=[math_reward, OGERRewardFunction()]`` (weights 1, 1) TRL's s
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -37,7 +38,8 @@ class OGERRewardFunction:
     ``teacher``, ``divergence``, ``last_token_entropy``, ``R_OGER``.
 
     Args:
-        verifier: a TRL reward function giving ``R_m`` in ``{0, 1}``. A None (or NaN) verdict stays None ("not
+        verifier: a TRL reward function giving ``R_m`` in ``{0, 1}``; sync or async (an async verifier makes this an
+            :class:`AsyncOGERRewardFunction`, which TRL awaits). A None (or NaN) verdict stays None ("not
             scored"): with ``reward_funcs=[verifier, OGERRewardFunction(verifier=verifier)]`` such a row is unscorable
             for TRL (advantage 0, counted in ``rewards/unscorable``), as with ``verifier`` alone
             (:func:`unscored_as_nan`). The ``oger/*`` metrics count scored rows only.
@@ -45,6 +47,13 @@ class OGERRewardFunction:
         entropy_refinement: False is the paper's "w/o Refinement" ablation (``D_i * R_m_i``).
         offline_column: dataset column with each prompt's offline trajectories (standalone use).
     """
+
+    def __new__(cls, verifier: Callable | None = None, *args, **kwargs):
+        # TRL 1.16 awaits a reward function whose __call__ is a coroutine function (trl.trainer.utils.
+        # is_async_callable) and calls every other one inline: with an async verifier the reward must be async too
+        if cls is OGERRewardFunction and verifier is not None and _is_async(verifier):
+            cls = AsyncOGERRewardFunction
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -82,14 +91,26 @@ class OGERRewardFunction:
         return torch.tensor(values)
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
+        log_metric, log_extra, verifier_kwargs = self._split_kwargs(kwargs)
+        correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                    **verifier_kwargs)
+        if inspect.isawaitable(correctness):
+            if inspect.iscoroutine(correctness):
+                correctness.close()  # it will not be awaited: no "never awaited" warning on top of the error
+            name = getattr(self.verifier, "__name__", type(self.verifier).__name__)
+            raise TypeError(
+                f"the verifier {name!r} of OGERRewardFunction returned an awaitable from a plain call: declare it "
+                "`async def` (or give its class an `async def __call__`), so that OGERRewardFunction and TRL await it"
+            )
+        return self._score(correctness, completions, kwargs, log_metric, log_extra)
+
+    def _split_kwargs(self, kwargs):
         log_metric = kwargs.pop("log_metric", None)
         log_extra = kwargs.pop("log_extra", None)
         verifier_kwargs = {k: v for k, v in kwargs.items() if k not in fields.REWARD_FIELDS}
         if log_metric is not None:  # as TRL passes it: MathVerifyReward reads the calling trainer's EOS ids from it
             verifier_kwargs["log_metric"] = log_metric
-        correctness = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids,
-                                    **verifier_kwargs)
-        return self._score(correctness, completions, kwargs, log_metric, log_extra)
+        return log_metric, log_extra, verifier_kwargs
 
     def _score(self, correctness, completions, kwargs, log_metric, log_extra) -> list[float | None]:
         """``R_OGER`` from the verifier's verdicts (the rest of :meth:`__call__`, shared with the async path)."""
@@ -151,3 +172,23 @@ def unscored_as_nan(correctness, divergence, entropy, is_offline: torch.Tensor, 
         missing = r is None or (not off and float(r) != 0 and (d is None or (entropy_refinement and h is None)))
         out.append(math.nan if missing else 0.0)
     return torch.tensor(out, dtype=torch.float32)
+
+
+class AsyncOGERRewardFunction(OGERRewardFunction):
+    """:class:`OGERRewardFunction` with an async verifier (``OGERRewardFunction(verifier=...)`` returns one): its
+    ``__call__`` is a coroutine function, so TRL awaits it (in its event loop, beside its other async reward
+    functions), and it awaits the verifier."""
+
+    async def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
+        log_metric, log_extra, verifier_kwargs = self._split_kwargs(kwargs)
+        correctness = await self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                          **verifier_kwargs)
+        return self._score(correctness, completions, kwargs, log_metric, log_extra)
+
+
+def _is_async(func) -> bool:
+    """Whether calling ``func`` returns a coroutine, as TRL decides it (``trl.trainer.utils.is_async_callable``:
+    ``async def`` functions, partials of them, objects with an ``async def __call__``)."""
+    from trl.trainer.utils import is_async_callable
+
+    return is_async_callable(func)
