@@ -637,7 +637,8 @@ def test_champ_zero_shot_table(champ_zero_shot):
         for t in saved["teachers"]
     }
     assert table == CHAMP_0SHOT_TABLE
-    assert (saved["problems"], len(saved["unparseable_gold"]), saved["without_valid"]) == (270, 27, 137)
+    # 137 without a valid solution before operator_fragment: 3 problems gained their first (issue 30)
+    assert (saved["problems"], len(saved["unparseable_gold"]), saved["without_valid"]) == (270, 27, 134)
     assert (saved["train_problems"], saved["test_problems"]) == (219, 24)
     assert round(saved["total"]["accuracy"], 2) == 18.85  # 181 / 960
     assert saved["undecided"] == 1 and saved["undecided_gold"] == []
