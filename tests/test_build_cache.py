@@ -71,13 +71,14 @@ def test_grader_version_follows_the_grader_code(monkeypatch):
         V.grader_version.cache_clear()
 
 
-def test_timeouts_are_cached_as_not_verified_and_errors_not_at_all(tmp_path):
+def test_only_verdicts_are_cached_not_timeouts_nor_errors(tmp_path):
+    # issue 30: a timeout depends on the machine's load; tests/test_build_timeouts.py retries it
     cache = V.VerdictCache(tmp_path, "math_verify")
-    pairs = [("a", "1"), ("b", "1"), ("c", "1"), ("d", "1")]
-    cache.add(pairs, [True, False, V.TIMEOUT, None])
+    pairs = [("a", "1"), ("b", "1"), ("c", "1"), ("d", "1"), ("e", "1")]
+    cache.add(pairs, [True, False, V.TIMEOUT, None, "error"])
     cache.save()
-    assert V.VerdictCache(tmp_path, "math_verify").lookup(pairs) == [True, False, False, None]
-    assert sorted(json.loads(cache.path.read_text())["entries"].values(), key=str) == [0, 1, "timeout"]
+    assert V.VerdictCache(tmp_path, "math_verify").lookup(pairs) == [True, False, None, None, None]
+    assert sorted(json.loads(cache.path.read_text())["entries"].values()) == [0, 1]
 
 
 def test_judge_completions_grades_only_what_is_missing(tmp_path, monkeypatch):

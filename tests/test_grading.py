@@ -44,6 +44,10 @@ CLASS_CASES = [
     ("a=b=c", r"\boxed{a=b}", False, False, None),
     # recall: \fbox
     ("42", r"\fbox{42}", True, False, "recall"),
+    # guard "operator_fragment": not the leading number of an unboxed operator expression; recall: the whole of it
+    ("2", "So the answer is 2^(3).", False, True, "operator_fragment"),
+    ("3", "The answer is 3*(4+1).", False, True, "operator_fragment"),
+    ("8", "So the answer is 2^(3).", True, False, "recall"),
     # Math-Verify's semantics kept: bold after an answer phrase, several boxes joined, unanchored numbers
     ("73", "The final answer is **73**.", True, True, None),
     ("(2, 2), (6, 2)", r"\boxed{(2, 2)} and \boxed{(6, 2)}", True, False, "plain-text gold"),

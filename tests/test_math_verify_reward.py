@@ -198,8 +198,10 @@ VERIFY_CASES = [
     (r"\boxed{2^{n-1}}", "2^(n-1)", True),
     (r"\boxed{2^(n-1)}", "2^(n-1)", True),  # ASCII maths in the box
     (r"\boxed{2^{n-1}}", "2", False),
-    # unboxed: Math-Verify reads the number 2 at the start of 2^(n-1) (its semantics; the strict mode refuses it)
-    ("The answer is 2^(n-1)", "2", True),
+    # unboxed: Math-Verify reads the number 2 at the start of 2^(n-1); the operator_fragment guard reads it whole
+    # (issue 30; tests/test_grading_fragments.py compares with Math-Verify)
+    ("The answer is 2^(n-1)", "2", False),
+    ("The answer is 2^(n-1)", "2^(n-1)", True),
     (r"\boxed{n}", "n(n-3)/2", False),
     (r"\boxed{2}", "(2n)!/(2^n*n!)", False),
     # yes / no

@@ -404,6 +404,16 @@ class ResumableTrainerMixin:
             logger.warning("resuming from %s with other optimizer or scheduler settings than it was written with: %s",
                            status.path, "; ".join(changed))
 
+    def _load_best_model(self):
+        # Overrides Trainer._load_best_model (load_best_model_at_end): the components' state (ASE's steering bank)
+        # follows the weights to the best checkpoint, as on resume; and vLLM, whose weights TRL syncs only when the
+        # step changed, takes the reloaded weights at its next generation (an evaluation after training).
+        super()._load_best_model()
+        for component in self.components:
+            component.load(self.state.best_model_checkpoint)
+        if getattr(self, "use_vllm", False):
+            self._last_loaded_step = -1  # TRL's "never synced" value (GRPOTrainer.__init__)
+
     def _get_train_sampler(self, dataset=None):
         # Overrides GRPOTrainer._get_train_sampler: TRL's RepeatSampler, wrapped so that epoch e has the uninterrupted
         # run's order of epoch e also when the run was resumed (TRL's draws epoch 0's order again).

@@ -59,6 +59,20 @@ def parity_reward(completions, **kwargs) -> list[float]:
     return [float(len(c[0]["content"] if isinstance(c, list) else c) % 2 == 0) for c in completions]
 
 
+SLOW_GOLD_SECONDS = 0.5
+"""How long :func:`slow_gold_normalizer` takes per gold."""
+
+
+def slow_gold_normalizer(text: str) -> list[str]:
+    """A gold normaliser (``GraderOptions.gold_normalizer``) that changes nothing and takes :data:`SLOW_GOLD_SECONDS`
+    per plain-text gold: a grading that a short timeout cuts off whatever the machine, for tests of the offline
+    builder's timeouts. Module-level, so the grading workers can import it."""
+    import time
+
+    time.sleep(SLOW_GOLD_SECONDS)
+    return [text]
+
+
 DOUBLING_TEACHERS = (
     ("Zero plus zero is 0, so the answer is \\boxed{0}.", "0 + 0 = 0. \\boxed{0}"),
     ("One plus one is 2, so the answer is \\boxed{2}.",),

@@ -40,6 +40,8 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     # checkpoint, the Hub push after it, resume_from_checkpoint=True resolved to the newest complete checkpoint
     "_save_checkpoint": ("model", "trial"),
     "_push_from_checkpoint": ("checkpoint_folder",),
+    # load_best_model_at_end: the components' state follows the reloaded weights (trl_explore.resume)
+    "_load_best_model": (),
     "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),
     # Trainer's model card: trl_explore.hub names the base model only when it is a Hub id
     "create_model_card": ("model_name", "dataset_name", "tags"),
@@ -93,7 +95,9 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images",
         "self._generate_single_turn(",
     ),
-    "_generate_single_turn": ("return completion_ids, logprobs",),
+    # load_best_model_at_end: TRL syncs vLLM's weights only when the step changed (trl_explore.resume resets it)
+    "_generate_single_turn": ("return completion_ids, logprobs",
+                              "if self.state.global_step != self._last_loaded_step:"),
     "_generate_and_score_completions": (
         "= self._generate(prompts)",
         "rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",

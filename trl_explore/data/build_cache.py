@@ -20,8 +20,10 @@ systems without ``fcntl`` the merge is unlocked: two simultaneous builders may t
 which are computed again next time, never wrong). A file that does not parse or does not have this layout is ignored
 with a one-line warning and rewritten at the next save.
 
-A solution whose grading ran past the grader's timeout is cached as ``"timeout"`` and read back as not verified, as
-the first build judged it (delete the file to grade those again); one whose worker failed is not cached.
+Only verdicts are cached. A solution whose grading ran past the grader's timeout has none (the time depends on the
+machine's load, not on the solution alone): it is not cached, and the builder retries it with a longer budget
+(:func:`~trl_explore.data.filters.judge_completions`); nor is one whose worker failed. A ``"timeout"`` entry that an
+earlier version wrote is read as not cached, so it is graded again.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ logger = logging.getLogger(__name__)
 FORMAT = 1
 """Layout version of the cache files."""
 TIMEOUT = "timeout"
-"""What the cache stores for a solution graded past the timeout (read back as not verified)."""
+"""What earlier versions stored for a solution graded past the timeout; read back as not cached, never written."""
 _GRADER_MODULES = ("trl_explore.rewards.grading", "trl_explore.rewards.answers", "trl_explore.rewards.comparison",
                    "trl_explore.rewards.guards", "trl_explore.rewards.ascii_math", "trl_explore.rewards.gold_text",
                    "trl_explore.rewards.modes", "trl_explore.data.champ_answers")  # fmt: skip
@@ -199,15 +201,16 @@ class VerdictCache:
         return len(self._file.entries)
 
     def lookup(self, pairs: Sequence[tuple[str, str]]) -> list[bool | None]:
-        """The cached verdict of each ``(solution, gold)`` pair (a cached timeout is False), None where not cached."""
+        """The cached verdict of each ``(solution, gold)`` pair, None where not cached (or an old cached timeout)."""
         found = (self._file.get(text_key(text, gold)) for text, gold in pairs)
-        return [None if value is None else value == 1 for value in found]
+        return [None if value is None or value == TIMEOUT else value == 1 for value in found]
 
     def add(self, pairs: Sequence[tuple[str, str]], outcomes: Sequence[bool | str | None]) -> None:
-        """Remember verdicts (True/False, :data:`TIMEOUT`, or None: not cached); :meth:`save` writes them."""
+        """Remember verdicts (True/False); anything else (None, ``"timeout"``, ``"error"``) is not a verdict and is
+        not cached. :meth:`save` writes them."""
         for (text, gold), outcome in zip(pairs, outcomes, strict=True):
-            if outcome is not None:
-                self._file.put(text_key(text, gold), TIMEOUT if outcome == TIMEOUT else int(bool(outcome)))
+            if isinstance(outcome, bool):
+                self._file.put(text_key(text, gold), int(outcome))
 
     def lookup_golds(self, golds: Sequence[str]) -> list[bool | None]:
         """Whether each gold answer can be read (cached), None where not cached."""

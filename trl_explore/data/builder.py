@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from trl_explore.data.build_cache import TokenLengthCache, VerdictCache
 from trl_explore.data.filters import (
+    RETRY_TIMEOUT_SECONDS,
     TEACHER_VERDICTS_DESC,
     duplicate_flags,
     golds_parseable,
@@ -155,23 +156,28 @@ def check_chat_template(tokenizer) -> None:
 def judge_records(
     records: Sequence[ProblemRecord], tokenizer, num_proc: int = 1, show_progress: bool = True,
     grader_mode: str = "math_verify", build_cache: str | pathlib.Path | None = None, gold_normalizer: str = "none",
-) -> tuple[list[list[CompletionVerdict]], list[str]]:
+    timeouts: tuple[float | None, float] = (None, RETRY_TIMEOUT_SECONDS),
+) -> tuple[list[list[CompletionVerdict]], list[str], list[str]]:
     """Verdicts for every completion of every record (aligned with ``record.completions``).
 
     Lengths are measured for all completions; correctness only for non-duplicates of problems
     whose gold answer is parseable (others get ``correct=None``). Verdicts, gold readability and lengths are read
-    from ``build_cache`` (a folder, see :mod:`trl_explore.data.build_cache`) where it holds them.
+    from ``build_cache`` (a folder, see :mod:`trl_explore.data.build_cache`) where it holds them. ``timeouts``: the
+    grader's first and retry budgets in seconds (:func:`~trl_explore.data.filters.judge_completions`); a verdict
+    past both is undecided (``correct=None``, not cached).
 
     Returns:
-        ``(verdicts per record, ids of problems with an unparseable gold answer)``.
+        ``(verdicts per record, ids of problems with an unparseable gold answer, ids of problems whose gold could not
+        be read in time: undecided, left out of this build)``.
     """
     texts = [text for r in records for _, text in r.completions]
     cache = None if build_cache is None else VerdictCache(build_cache, grader_mode, gold_normalizer)
     length_cache = None if build_cache is None else TokenLengthCache(build_cache, tokenizer)
     lengths = iter(token_lengths(texts, tokenizer, cache=length_cache))
     golds = [r.answer for r in records]
-    parseable = dict(zip((r.problem_id for r in records), golds_parseable(golds, num_proc, cache=cache,
-                                                                                gold_normalizer=gold_normalizer)))
+    parseable = dict(zip((r.problem_id for r in records), golds_parseable(
+        golds, num_proc, cache=cache, gold_normalizer=gold_normalizer, timeout_seconds=timeouts[0],
+        retry_timeout_seconds=timeouts[1])))
     flags = [duplicate_flags(r.completions) for r in records]
     to_judge = [
         (text, r.answer)
@@ -182,7 +188,8 @@ def judge_records(
     ]
     verdict_iter = iter(judge_completions(to_judge, num_proc=num_proc, show_progress=show_progress,
                                           desc=TEACHER_VERDICTS_DESC, grader_mode=grader_mode, cache=cache,
-                                          gold_normalizer=gold_normalizer))
+                                          gold_normalizer=gold_normalizer, timeout_seconds=timeouts[0],
+                                          retry_timeout_seconds=timeouts[1]))
     out = []
     for r, dup in zip(records, flags):
         row = []
@@ -190,7 +197,8 @@ def judge_records(
             correct = next(verdict_iter) if parseable[r.problem_id] and not d else None
             row.append(CompletionVerdict(r.problem_id, teacher, next(lengths), correct, d))
         out.append(row)
-    return out, [pid for pid, ok in parseable.items() if not ok]
+    return (out, [pid for pid, ok in parseable.items() if ok is False],
+            [pid for pid, ok in parseable.items() if ok is None])
 
 
 def offline_row(
@@ -247,6 +255,12 @@ class OfflineDatasetBuilder:
             :func:`~trl_explore.data.build_cache.default_folder`.
         gold_normalizer (`str`, default ``"none"``): the sources' phrasing rules for their gold answers, by name
             (:data:`~trl_explore.data.gold_normalizers.GOLD_NORMALIZERS`: ``"champ"`` for CHAMP).
+        grading_timeout (`float`, optional): the grader's budget per teacher solution and gold answer, seconds
+            (default None: the grader's, 5 s).
+        retry_timeout (`float`, default 60): the budget of one graded again because it ran past
+            ``grading_timeout`` (once every other is graded: how long a grading takes depends on the machine's load).
+            One past both is undecided: left out of this build, not cached, counted in
+            :attr:`~trl_explore.data.stats.BuildReport.undecided`.
     """
 
     tokenizer: PreTrainedTokenizerBase | str | None = None
@@ -259,6 +273,8 @@ class OfflineDatasetBuilder:
     grader_mode: str = "math_verify"
     build_cache: str | pathlib.Path | None = None
     gold_normalizer: str = "none"
+    grading_timeout: float | None = None
+    retry_timeout: float = RETRY_TIMEOUT_SECONDS
 
     def build(self, *sources: Iterable[ProblemRecord]):
         """Build the data set from one or more sources (merged by problem id).
@@ -281,9 +297,10 @@ class OfflineDatasetBuilder:
         if not records:
             raise ValueError("The sources yielded no problem.")
         prompts = [build_prompt(r.problem, preset, where=f"problem {r.problem_id!r}") for r in records]
-        verdicts, unparseable = judge_records(records, tokenizer, self.num_proc, self.show_progress, self.grader_mode,
-                                              self.build_cache, self.gold_normalizer)  # fmt: skip
-        skip = set(unparseable)
+        verdicts, unparseable, undecided_gold = judge_records(
+            records, tokenizer, self.num_proc, self.show_progress, self.grader_mode, self.build_cache,
+            self.gold_normalizer, (self.grading_timeout, self.retry_timeout))
+        skip = set(unparseable) | set(undecided_gold)
         scored = [r.problem_id for r in records if r.problem_id not in skip]
         _, test_ids = split_problem_ids(scored, self.test_fraction, self.seed)
         rows = {"train": [], "test": []}
@@ -297,6 +314,9 @@ class OfflineDatasetBuilder:
             max_length=self.max_length,
             problems=len(records),
             unparseable_gold=unparseable,
+            undecided_gold=undecided_gold,
+            undecided=sum(1 for v in flat if v.correct is None and not v.duplicate
+                          and v.problem_id not in skip),
             without_valid=sum(1 for split in rows.values() for row in split if not row["offline_completions"]),
             train_problems=len(rows["train"]),
             test_problems=len(rows["test"]),
@@ -316,6 +336,10 @@ class OfflineDatasetBuilder:
         GOLD_NORMALIZERS.check(self.gold_normalizer)
         if not isinstance(self.num_proc, int) or self.num_proc < 1:
             raise ValueError(f"num_proc must be a positive integer, got {self.num_proc!r}.")
+        for name in ("grading_timeout", "retry_timeout"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
 
 
 def sum_truncated(records: Iterable[ProblemRecord]) -> dict[str, int]:

@@ -237,6 +237,10 @@ class BuildReport:
         without_valid: problems kept with empty offline lists (no valid completion; OGER then keeps
             all N online completions for them).
         train_problems, test_problems: split sizes.
+        undecided: teacher solutions whose grading ran past the grader's timeout and its retry (left out of this
+            build, not cached; a later build grades them again).
+        undecided_gold: ids of problems whose gold answer could not be read within both budgets (left out of both
+            splits, not cached).
         seconds: wall time of the build.
         lengths: Figure 4's data (:func:`correct_lengths_by_teacher`).
     """
@@ -248,6 +252,8 @@ class BuildReport:
     without_valid: int
     train_problems: int
     test_problems: int
+    undecided: int = 0
+    undecided_gold: list[str] = field(default_factory=list)
     seconds: float = 0.0
     lengths: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
@@ -256,7 +262,9 @@ class BuildReport:
         summary = (
             f"Problems: {self.problems} received, {len(self.unparseable_gold)} with an unparseable gold answer "
             f"(left out), {self.train_problems} train / {self.test_problems} test, {self.without_valid} without a "
-            f"valid offline completion (kept, empty lists). Length filter: <= {self.max_length} policy tokens. "
+            f"valid offline completion (kept, empty lists). Undecided (graded past the timeout twice, not cached): "
+            f"{self.undecided} teacher solutions, {len(self.undecided_gold)} gold answers. "
+            f"Length filter: <= {self.max_length} policy tokens. "
             f"Built in {self.seconds:.1f} s."
         )
         return stats_markdown(self.teachers) + "\n\n" + summary + "\n"

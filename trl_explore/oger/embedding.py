@@ -13,8 +13,11 @@ weighted by their token counts, so the whole trajectory counts.
 
 Each text is tokenised once, by the embedder's own tokenizer, and the windows are built from those token ids and
 fed to the model as they are: a window is never decoded and tokenised again, so it is never cut. The forward is the
-``SentenceTransformer``'s own module stack (transformer, pooling, normalisation); for texts within
-``max_seq_length`` the embeddings are ``SentenceTransformer.encode``'s (tested to 1e-5).
+``SentenceTransformer``'s own module stack (transformer, pooling, normalisation), with the model's settings as
+``encode`` applies them: its prompt (``prompt_name``, else its ``default_prompt_name``) before every text and every
+window, ``prompt_length`` for a pooling that leaves the prompt out, a Matryoshka ``truncate_dim``; a model whose
+inputs cannot be built so (a chat-template or image model, a ``Router``) is refused by name. For texts within
+``max_seq_length`` the embeddings are ``SentenceTransformer.encode``'s (tested to 1e-5, with and without a prompt).
 
 Cost (issue 13). The forward dominates: tokenisation is about 1% of it. Windows are batched by length
 (:func:`length_batches`): padding a batch to its longest window costs the padded tokens, and every forward has a
@@ -30,6 +33,7 @@ keep a cosine >= 0.99995 with float32's, the divergences ``D`` differ by at most
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
@@ -173,6 +177,68 @@ def check_max_seq_length(model, max_seq_length: int, name: str) -> None:
         "are read at positions it never saw", max_seq_length, size, name)
 
 
+@dataclasses.dataclass(frozen=True)
+class TextPrompt:
+    """The prompt an embedding model puts before every text (``SentenceTransformer.prompts``).
+
+    Attributes:
+        text: the prompt (``""``: none). ids: its token ids, no special tokens.
+        length: the ``prompt_length`` feature ``encode`` gives the pooling (special tokens before the prompt
+            included), or None without a prompt.
+    """
+
+    text: str = ""
+    ids: list = dataclasses.field(default_factory=list)
+    length: int | None = None
+
+
+def resolve_prompt(model, prompt_name: str | None, name: str) -> TextPrompt:
+    """The prompt ``model.encode(texts, prompt_name=prompt_name)`` puts before each text: ``prompt_name``'s, else the
+    model's ``default_prompt_name``'s, else none; with its ``prompt_length`` as sentence-transformers counts it (the
+    prompt tokenised with special tokens, less a trailing special token).
+
+    Raises:
+        ValueError: ``prompt_name`` is not one of the model's prompts (the message names them and the model).
+    """
+    prompts = dict(getattr(model, "prompts", None) or {})
+    if prompt_name is not None and prompt_name not in prompts:
+        raise ValueError(f"TrajectoryEncoder(prompt_name={prompt_name!r}): embedding model {name!r} has the prompts "
+                         f"{sorted(prompts)}")
+    chosen = prompt_name if prompt_name is not None else getattr(model, "default_prompt_name", None)
+    text = (prompts.get(chosen) or "") if chosen is not None else ""
+    if not text:
+        return TextPrompt()
+    text_for_ids = text.lower() if getattr(model[0], "do_lower_case", False) else text
+    tokenizer = model.tokenizer
+    ids = tokenizer(text_for_ids, add_special_tokens=False)["input_ids"]
+    with_specials = tokenizer(text_for_ids, add_special_tokens=True)["input_ids"]
+    length = len(with_specials) - (1 if with_specials and with_specials[-1] in tokenizer.all_special_ids else 0)
+    return TextPrompt(text, list(ids), length)
+
+
+def check_text_model(model, name: str) -> None:
+    """Refuse an embedding model whose inputs :class:`TrajectoryEncoder` cannot build as ``encode`` builds them.
+
+    It tokenises text itself and runs the model's module stack, so the first module must be a text model with a
+    tokenizer (not a chat-template or image model), and no module may route inputs by task (``Router``: separate
+    query and document encoders, chosen by ``encode_query`` / ``encode_document``).
+
+    Raises:
+        ValueError: naming the model and the module or setting.
+    """
+    first = model[0]
+    modalities = getattr(first, "modality_config", None)
+    if getattr(model, "tokenizer", None) is None or (modalities is not None and "text" not in modalities):
+        raise ValueError(f"embedding model {name!r}: its first module ({type(first).__name__}) takes no plain text "
+                         f"with a tokenizer (modalities: {sorted(modalities or [])}); OGER's TrajectoryEncoder needs "
+                         "a text embedding model")
+    for module in model:
+        if type(module).__name__ == "Router":
+            raise ValueError(f"embedding model {name!r} routes its inputs by task (a Router module: separate query "
+                             "and document encoders), which TrajectoryEncoder does not choose; use a model without a "
+                             "Router")
+
+
 def embedder_load_error(name: str, err: Exception) -> ValueError:
     """The error for an embedding model that sentence-transformers could not load: it names the ``embedding_model``
     option, the value, the cause (``err``'s first line) and the values the option accepts."""
@@ -203,14 +269,19 @@ class TrajectoryEncoder:
         max_seq_length: tokens per window, special tokens included; default: the model's own ``max_seq_length``.
         dtype: precision of the forward's matrix products: ``"float32"`` (default, exact) or ``"bfloat16"`` /
             ``"float16"`` (``torch.autocast``; see the module docstring). Embeddings are returned in float32.
+        prompt_name: the model's prompt put before every text, by name (a key of the model's ``prompts``); default
+            None: the model's ``default_prompt_name`` if it sets one, else no prompt, as ``SentenceTransformer.encode``
+            chooses it. The model's pooling settings hold as in ``encode``: its pooling mode, prompt tokens left out
+            of the pooling (``include_prompt=False``), a Matryoshka ``truncate_dim``.
 
     The model is loaded on first use, so constructing an encoder is free.
 
     Raises:
         ValueError: for an unknown ``long_text_mode`` or ``dtype``, or ``batch_size < 1``; when the model loads, a
             model that cannot be loaded (no such local folder, a Hub id that is not there or not reachable: the
-            message names the ``embedding_model`` option and what it accepts) or a ``max_seq_length`` above its
-            position table (:func:`check_max_seq_length`).
+            message names the ``embedding_model`` option and what it accepts), a ``max_seq_length`` above its
+            position table (:func:`check_max_seq_length`), a ``prompt_name`` the model does not have, or a model
+            whose inputs this encoder cannot build as ``encode`` does (:func:`check_text_model`).
     """
 
     def __init__(
@@ -221,6 +292,7 @@ class TrajectoryEncoder:
         long_text_mode: str = "truncate",
         max_seq_length: int | None = None,
         dtype: str = "float32",
+        prompt_name: str | None = None,
     ):
         EMBEDDING_DTYPES.check(dtype, "embedding dtype")
         LONG_TEXT_MODES.check(long_text_mode, "long_text_mode")
@@ -232,8 +304,10 @@ class TrajectoryEncoder:
         self.long_text_mode = long_text_mode
         self.max_seq_length = max_seq_length
         self.dtype = dtype
+        self.prompt_name = prompt_name
         self._model = None
         self._specials: tuple[list[int], list[int]] | None = None
+        self._prompt: TextPrompt | None = None
         self._cache: dict[str, torch.Tensor] = {}
 
     @property
@@ -251,6 +325,7 @@ class TrajectoryEncoder:
                 model = SentenceTransformer(resolve_embedder_path(self.model_name_or_path), device=device)
             except (OSError, HFValidationError) as err:  # no such folder, Hub id not there / unreachable, bad id
                 raise embedder_load_error(self.model_name_or_path, err) from err
+            check_text_model(model, self.model_name_or_path)
             if self.max_seq_length is not None:
                 check_max_seq_length(model, self.max_seq_length, self.model_name_or_path)
                 model.max_seq_length = self.max_seq_length
@@ -265,10 +340,18 @@ class TrajectoryEncoder:
         return int(getter())
 
     @property
+    def prompt(self) -> TextPrompt:
+        """The prompt put before every text and how the pooling sees it (:func:`resolve_prompt`)."""
+        if self._prompt is None:
+            self._prompt = resolve_prompt(self.model, self.prompt_name, self.model_name_or_path)
+        return self._prompt
+
+    @property
     def window(self) -> int:
-        """Text tokens per window: ``max_seq_length`` less the special tokens the tokenizer adds around a text."""
+        """Text tokens per window: ``max_seq_length`` less the special tokens the tokenizer adds around a text and
+        the prompt's tokens."""
         prefix, suffix = self._special_tokens()
-        window = int(self.model.max_seq_length) - len(prefix) - len(suffix)
+        window = int(self.model.max_seq_length) - len(prefix) - len(suffix) - len(self.prompt.ids)
         if window < 1:
             raise ValueError(f"max_seq_length {self.model.max_seq_length} leaves no room for text tokens")
         return window
@@ -284,16 +367,27 @@ class TrajectoryEncoder:
         return self._specials
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each whole text, without special tokens (one call of the embedder's tokenizer)."""
+        """Token ids of each whole text, without special tokens (one call of the embedder's tokenizer). With a prompt,
+        ``prompt + text`` is tokenised as ``encode`` tokenises it and the prompt's ids are taken off the front."""
+        prompt = self.prompt
+        texts = [prompt.text + t for t in texts]
         if getattr(self.model[0], "do_lower_case", False):  # sentence-transformers' own lower-casing option
             texts = [t.lower() for t in texts]
-        return self.model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]  # no length warning
+        ids = self.model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]  # no length warning
+        n = len(prompt.ids)
+        for i, row in enumerate(ids):
+            if row[:n] != prompt.ids:
+                raise ValueError(
+                    f"embedding model {self.model_name_or_path!r}: its tokenizer merges the prompt {prompt.text!r} "
+                    f"with the start of text {i}, so the prompt cannot be put before each window; choose another "
+                    "prompt (TrajectoryEncoder(prompt_name=...)) or an embedding model without one")
+        return [row[n:] for row in ids]
 
     def _embed_windows(self, windows: list[list[int]]) -> torch.Tensor:
         """``[W, d]`` float32 CPU unit-norm embeddings of token-id windows (each within ``window`` ids): special tokens
         added, in batches of similar lengths (:func:`length_batches`; on an accelerator the fewest batches), under
         autocast when ``dtype`` is not float32."""
-        model, tokenizer = self.model, self.model.tokenizer
+        model, tokenizer, prompt = self.model, self.model.tokenizer, self.prompt
         prefix, suffix = self._special_tokens()
         out = torch.empty(len(windows), self.dim)
         with_types = "token_type_ids" in tokenizer.model_input_names
@@ -301,12 +395,16 @@ class TrajectoryEncoder:
             model.device.type, dtype=getattr(torch, self.dtype))
         overhead = FORWARD_OVERHEAD_TOKENS if model.device.type == "cpu" else None
         for rows in length_batches([len(w) for w in windows], self.batch_size, overhead):
-            features = tokenizer.pad([{"input_ids": prefix + windows[i] + suffix} for i in rows], return_tensors="pt")
+            features = tokenizer.pad([{"input_ids": prefix + prompt.ids + windows[i] + suffix} for i in rows],
+                                     return_tensors="pt")
             if with_types:
                 features["token_type_ids"] = torch.zeros_like(features["input_ids"])
             features = {k: v.to(model.device) for k, v in features.items()}
+            if prompt.length is not None:  # as encode: the pooling leaves these tokens out when include_prompt=False
+                features["prompt_length"] = prompt.length
             with torch.inference_mode(), autocast:
                 emb = model(features)["sentence_embedding"]
+            emb = emb[:, : self.dim]  # a Matryoshka model's truncate_dim, as encode applies it
             out[rows] = torch.nn.functional.normalize(emb.float(), dim=1).cpu()
         return out
 

@@ -292,7 +292,68 @@ def read_prediction(text: str, options: GraderOptions) -> list:
         return mv_parse(text, _TRL_COMPLETION_CONFIG, extraction_mode="first_match")
     if "unclosed_box" in options.guards and not _last_box(text)[1]:
         return []
-    return mv_parse(text)
+    parsed = mv_parse(text)
+    if parsed and "operator_fragment" in options.guards:
+        whole = operator_expression(text)
+        if whole is not None:  # Math-Verify read only the leading number of an operator expression
+            return (whole or []) if options.recall else []
+    return parsed
+
+
+# --- the "operator_fragment" guard: an unboxed answer that is an operator expression is read whole or not at all ----
+
+# What continues an expression right after the number Math-Verify stopped at: an operator (^ ( * / _), a percent sign,
+# an exponent (e-3, E3), or a "x 10^" / "\times 10^" / "\cdot 10^" power of ten. Not "!" (it ends sentences too) and
+# not a letter ("2x", "5cm": an implicit product or a unit), both left to Math-Verify.
+_CONTINUES = re.compile(r"[\^(*/_%]|\\%|[eE][-+]?\d|\s*(?:[x×*]|\\times|\\cdot)\s*10\s*\^")
+_BEFORE_MIXED_FRACTION = re.compile(r"\d\s+$")
+_PLAIN_PERCENT = re.compile(r"[-+]?\d[\d.,]*\s*\\?%")  # a number and its percent sign ("12.5\\%")
+_POWER_OF_TEN = re.compile(r"(\d)\s*[x×]\s*(10\s*\^)")
+# Where the expression ends: a sentence or clause break, a new line, a dollar sign, or a prose word.
+_EXPRESSION_END = re.compile(r"[.,;:?!](?=\s|$)|\n|\$|\s(?:[A-Za-z]{3,})\b")
+
+
+def operator_expression(text: str) -> list | None:
+    """The whole operator expression an unboxed answer is, when Math-Verify reads only its leading number.
+
+    Math-Verify's expression reader stops at the first operator it cannot take in the sentence: "So the answer is
+    2^(3)." is read as ``2``, "The answer is 3*(4+1)." as ``3``, "1.5e-3" as ``1.5``, "3/8%" as ``3``, "2^n" as
+    ``2``: a policy that writes an expression would be paid for its first number. Where the answer Math-Verify reads
+    (:func:`~trl_explore.rewards.guards.locate_answer`, not in a box) is followed at once by an operator, the text
+    from the answer's start to the end of its sentence (or clause, or the first prose word) is read as one ASCII-maths
+    or LaTeX expression and parsed whole.
+
+    Returns:
+        None: Math-Verify's reading is not a fragment (a box, no operator after it). ``[]``: it is a fragment and the
+        whole expression has no certain reading (it does not parse whole; a percent sign after an operator,
+        ``(3/8)%``, which Math-Verify's percent reading would take as ``3/(8%)``). Else ``[sympy object, text]``.
+    """
+    from trl_explore.rewards.guards import locate_answer
+
+    if _last_box(text)[0] is not None:
+        return None
+    span = locate_answer(text)
+    if span is None or not _CONTINUES.match(text, span.value_end):
+        return None
+    start = span.value_start
+    if text[start : span.value_end].strip() != span.answer.strip():
+        return None  # the match holds more than the answer
+    if _BEFORE_MIXED_FRACTION.search(text, 0, start):
+        return None  # the fraction of a mixed number ("2 2/3"): the mixed_number guard reads it
+    end = _EXPRESSION_END.search(text, span.value_end)
+    expression = text[start : end.start() if end else len(text)].strip()
+    if _PLAIN_PERCENT.fullmatch(expression):
+        return None  # a number and its percent sign: Math-Verify's own percent reading
+    if "%" in expression or nesting_depth(expression) > MAX_NESTING or len(expression) > MAX_ANSWER_CHARS:
+        return []
+    latex = expression
+    if not looks_like_latex(expression):
+        try:
+            latex = ascii_to_latex(_POWER_OF_TEN.sub(r"\1 * \2", expression))
+        except (ValueError, RecursionError):
+            return []
+    parsed = parse_latex_whole(latex)
+    return [parsed[0], expression] if parsed else []
 
 
 def _parse_box_whole(content: str) -> list:

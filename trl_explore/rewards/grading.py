@@ -51,9 +51,12 @@ verdict on Math-Verify's published default-setting test cases):
 * ``"hedge"``, ``"unterminated"``, ``"retraction"``, ``"prompt_echo"``, ``"mixed_number"``: hedged and unfinished
   answers (several values offered; a completion cut off with no boxed or phrase-anchored answer; an answer taken
   back or declared impossible; an unevaluated expression copied from the prompt; a mixed number read as its value),
-  in :mod:`trl_explore.rewards.guards`. ``"unterminated"`` needs to know whether the completion ended and
-  ``"prompt_echo"`` the prompt (:func:`grade`'s ``terminated`` and ``prompt``; the reward passes them); the strict
-  and boxed modes apply ``"prompt_echo"`` only.
+  in :mod:`trl_explore.rewards.guards`. ``"operator_fragment"``: an unboxed answer that is an operator expression
+  ("So the answer is 2^(3).", "3*(4+1)", "1.5e-3", "1.2 x 10^3", "3/8%", "2^n") is not read as its leading number,
+  where Math-Verify stops (:func:`~trl_explore.rewards.answers.operator_expression`); with recall on, the whole
+  expression is read instead (``2^(3)`` matches 8), else no answer. ``"unterminated"`` needs to know whether the
+  completion ended and ``"prompt_echo"`` the prompt (:func:`grade`'s ``terminated`` and ``prompt``; the reward
+  passes them); the strict and boxed modes apply ``"prompt_echo"`` only.
 
 **Recall** (on by default in the ``"math_verify"`` and ``"boxed"`` modes; each only turns a 0 into a 1, where
 equivalence is certain): an interval against the equivalent inequality in one variable, both directions

@@ -341,11 +341,17 @@ def parse_gold(gold: Any, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, k
 
 
 def golds_parseable(golds: Sequence[Any], *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, num_workers: int = 1,
-                    keep_chained_equalities: bool = True, gold_normalizer=None) -> list[bool]:
-    """Whether :func:`parse_gold` parses each gold (None, a timeout or a failed worker: False), in one pool call."""
+                    keep_chained_equalities: bool = True, gold_normalizer=None,
+                    outcomes: bool = False) -> list[bool | str]:
+    """Whether :func:`parse_gold` parses each gold (None, a timeout or a failed worker: False), in one pool call;
+    with ``outcomes``, ``"timeout"`` / ``"error"`` instead of False for a gold past the timeout or whose worker failed
+    (the offline builder caches only real answers)."""
     tasks = [(str(gold), keep_chained_equalities, gold_normalizer) for gold in golds]
-    outcomes = _run(_gold_task, tasks, _check_timeout(timeout_seconds), _check_workers(num_workers))
-    return [gold is not None and status == "ok" for gold, (status, _) in zip(golds, outcomes)]
+    results = _run(_gold_task, tasks, _check_timeout(timeout_seconds), _check_workers(num_workers))
+    if outcomes:
+        return [status if status in ("timeout", "error") else gold is not None and status == "ok"
+                for gold, (status, _) in zip(golds, results)]
+    return [gold is not None and status == "ok" for gold, (status, _) in zip(golds, results)]
 
 
 def extract_answer(

@@ -21,12 +21,14 @@ MODES = GRADER_MODES.names()
 DEFAULT_MODE = "math_verify"
 GUARDS = (
     "float_collapse", "interval_vs_set", "chained_equality", "unclosed_box",
-    "hedge", "unterminated", "retraction", "prompt_echo", "mixed_number",
+    "hedge", "unterminated", "retraction", "prompt_echo", "mixed_number", "operator_fragment",
 )  # fmt: skip
-"""Guard-rail classes: each only removes false positives (the last five: :mod:`trl_explore.rewards.guards`)."""
-GRADER_VERSION = "2"
+"""Guard-rail classes: each only removes false positives (hedge to mixed_number: :mod:`trl_explore.rewards.guards`;
+operator_fragment: :func:`trl_explore.rewards.answers.operator_expression`)."""
+GRADER_VERSION = "3"
 """Version of the grader's verdicts: bump it with every change that may change a verdict (cached teacher verdicts
-are keyed by it and by a hash of the grader's code). 2: the guard-rails of :mod:`trl_explore.rewards.guards`."""
+are keyed by it and by a hash of the grader's code). 2: the guard-rails of :mod:`trl_explore.rewards.guards`;
+3: ``operator_fragment``."""
 
 
 def check_grader_mode(mode: str, option: str = "grader_mode") -> str:
