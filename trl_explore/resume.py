@@ -404,13 +404,31 @@ class ResumableTrainerMixin:
             logger.warning("resuming from %s with other optimizer or scheduler settings than it was written with: %s",
                            status.path, "; ".join(changed))
 
+    def _load_component_state(self, checkpoint: str) -> None:
+        """Load every component's state from ``checkpoint``: its shared state (written by the main process, read by
+        every process) and, for a component that keeps one, this process's own (``Component.load_process_state``).
+
+        Raises:
+            FileNotFoundError: the checkpoint holds no per-process state of a component for this process.
+        """
+        for component in self.components:  # shared state: written by the main process, read by every process
+            component.load(checkpoint)
+        for component in self.components:  # each process's own state, from its own folder
+            if keeps_process_state(component):
+                folder = process_state_folder(checkpoint, component.name, self.args.process_index)
+                if not os.path.isdir(folder):
+                    raise FileNotFoundError(
+                        f"checkpoint {checkpoint} has no state of component {component.name!r} for process "
+                        f"{self.args.process_index} ({folder}): it was written by another number of processes or "
+                        f"without this component; resume with the processes it was saved with")
+                component.load_process_state(folder)
+
     def _load_best_model(self):
         # Overrides Trainer._load_best_model (load_best_model_at_end): the components' state (ASE's steering bank)
         # follows the weights to the best checkpoint, as on resume; and vLLM, whose weights TRL syncs only when the
         # step changed, takes the reloaded weights at its next generation (an evaluation after training).
         super()._load_best_model()
-        for component in self.components:
-            component.load(self.state.best_model_checkpoint)
+        self._load_component_state(self.state.best_model_checkpoint)
         if getattr(self, "use_vllm", False):
             self._last_loaded_step = -1  # TRL's "never synced" value (GRPOTrainer.__init__)
 
@@ -430,17 +448,7 @@ class ResumableTrainerMixin:
         if problem is not None:
             raise FloatingPointError(f"cannot resume from {checkpoint}: its {problem}; training on them gives NaN. "
                                      "Resume from an earlier checkpoint")
-        for component in self.components:  # shared state: written by the main process, read by every process
-            component.load(checkpoint)
-        for component in self.components:  # each process's own state, from its own folder
-            if keeps_process_state(component):
-                folder = process_state_folder(checkpoint, component.name, self.args.process_index)
-                if not os.path.isdir(folder):
-                    raise FileNotFoundError(
-                        f"checkpoint {checkpoint} has no state of component {component.name!r} for process "
-                        f"{self.args.process_index} ({folder}): it was written by another number of processes or "
-                        f"without this component; resume with the processes it was saved with")
-                component.load_process_state(folder)
+        self._load_component_state(checkpoint)
         state = load_generation_state(checkpoint, self.args.process_index, self.accelerator.device)
         if state is not None:
             self._step, buffered = state
