@@ -146,6 +146,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
                           peft_config=get_peft_config(model_args))
     use_compact_logs(trainer)
+    if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
+        print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
     evaluator = None
     if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
         evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))

@@ -41,6 +41,7 @@ from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
+from trl_explore.precision import generation_autocast, precision_line
 from trl_explore.resume import ResumableTrainerMixin
 from trl_explore.rewards.checks import check_finite_rewards, checked_reward_functions, not_scored_counts
 from trl_explore.rows import check_datasets, check_prompt_rows
@@ -91,6 +92,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
         components: the method parts; each prepares the construction, then is set up after TRL's ``__init__``.
 
     Attributes:
+        precision_note: one line saying the training precision and why (``trl_explore.precision``), logged once.
         sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` the rollouts are drawn from (config plus
             ``generation_kwargs``), read once after TRL's ``__init__``.
 
@@ -122,6 +124,9 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
         check_position_ids_supported(self.model)  # left-padded rows must be scored at generate's positions
         if self.use_vllm:
             use_reload_weights_on_cpu(self.vllm_generation)  # vLLM's CPU backend: sync weights by reloading them
+        self.precision_note = precision_line(self.args, self.accelerator.device)
+        if self.accelerator.is_main_process:
+            logger.info(self.precision_note)
         self._tag_names = ["trl", "grpo", "trl-explore", *(tag for c in self.components for tag in c.tags)]
         self.sampler = effective_sampler(self)  # the one source of truth for the sampling distribution
         note = trl_temperature_note(self.sampler, self.temperature)
@@ -175,12 +180,14 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, GRPOTrainer)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
-        # sampling contexts (steering, recorders).
+        # sampling contexts (steering, recorders) and, in the CPU bfloat16 tier, under one autocast for the whole HF
+        # `generate` (TRL runs it outside autocast; trl_explore.precision). vLLM keeps its own dtype.
         lengths = [len(p) for p in prompt_ids]  # past the position table: an error (absolute positions) or a warning
         self._warned_context = check_context_length(self.model, lengths, self.max_completion_length,
                                                     self._warned_context)
         call = SamplingCall(self._generation.mode, self._generation.rows, num_generations)
-        with _enter(contextlib.ExitStack(), (c.sampling_context(call) for c in self.components)):
+        precision = None if self.use_vllm else generation_autocast(self.args, self.accelerator.device)
+        with _enter(contextlib.ExitStack(), [precision, *(c.sampling_context(call) for c in self.components)]):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
 

@@ -465,8 +465,17 @@ class HeldoutEvaluator:
             rows = heldout_problems(o.eval_benchmark, o.eval_split, self.levels, o.eval_problems)
             text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
             problems = hashlib.sha256(text.encode()).hexdigest()[:16]
-            result = cached_evaluation(model, {**settings, "problems": problems},
-                                       lambda: evaluate_heldout(model, t.processing_class, **settings),
+            from trl_explore.precision import cpu_bf16_active, generation_autocast
+
+            # the CPU bfloat16 tier: generate under the training run's autocast (trl_explore.precision)
+            autocast = generation_autocast(t.args, t.accelerator.device)
+            precision = {"precision": "cpu-bfloat16"} if cpu_bf16_active(t.args, t.accelerator.device) else {}
+
+            def evaluate():
+                with autocast:
+                    return evaluate_heldout(model, t.processing_class, **settings)
+
+            result = cached_evaluation(model, {**settings, "problems": problems, **precision}, evaluate,
                                        cache=o.eval_cache)
             self.results[label] = result
         t.accelerator.wait_for_everyone()
