@@ -102,10 +102,10 @@ def rollout_path(model, prompt, completions, eos, pad):
         targets[i, : len(c)] = torch.tensor(c)
     logps_rec = SampledTokenLogProbs(model, 1.0)
     entropy_rec = LastTokenEntropyRecorder(model, 1.0, eos_token_ids=[eos])
+    force = LogitsProcessorList([ForceTokens(targets, prompt["input_ids"].shape[1])])
     with logps_rec, entropy_rec, torch.no_grad():
         out = model.generate(**prompt, do_sample=False, max_new_tokens=width, pad_token_id=pad, eos_token_id=eos,
-                             logits_processor=LogitsProcessorList([ForceTokens(targets, prompt["input_ids"].shape[1])]),
-                             temperature=None, top_p=None, top_k=None)
+                             logits_processor=force, temperature=None, top_p=None, top_k=None)
     got = cut_at_eos(out[:, prompt["input_ids"].shape[1]:], eos)
     assert got == completions, "forced generation did not reproduce the completions"
     logps = logps_rec.per_completion(completions)
