@@ -166,11 +166,11 @@ def test_the_heldout_evaluation_runs_under_the_tiers_autocast(tmp_path, monkeypa
 
 
 def _ase_trainer(output_dir, tokenizer, **overrides):
-    args = ASEConfig(
+    args = ASEConfig(**{**dict(
         output_dir=str(output_dir), per_device_train_batch_size=6, num_generations=6, steps_per_generation=2,
         max_completion_length=8, max_steps=4, learning_rate=1e-3, logging_steps=1, report_to="none",
         save_strategy="no", use_cpu=True, cpu_precision="bfloat16", seed=0, log_completions=False, num_vectors=2,
-        pca_dim=4, kmeans_n_init=2, steering_alpha=4.0, min_pairs_per_cluster=1, **overrides)
+        pca_dim=4, kmeans_n_init=2, steering_alpha=4.0, min_pairs_per_cluster=1), **overrides})
     assert args.bf16 and args.mixed_precision == "bf16"
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
                                "problem_id": f"p{i}"} for i in range(2)])
