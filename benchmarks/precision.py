@@ -148,20 +148,22 @@ def rollout_comparison(repeats: int, tokens: int) -> dict:
         model.forward = wrapped if variant != "float32" else plain_forward
         outer = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "one autocast around generate")
         torch.manual_seed(0)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         with outer, torch.no_grad():
             model.generate(**batch, do_sample=True, max_new_tokens=tokens, min_new_tokens=tokens,
                            pad_token_id=tok.pad_token_id, top_k=0, top_p=1.0, temperature=1.0)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu_start
 
     variants = ("float32", "autocast per forward (Accelerate)", "one autocast around generate")
     generate("float32")  # warm-up
-    seconds = {v: [] for v in variants}
+    seconds, cpu_seconds = {v: [] for v in variants}, {v: [] for v in variants}
     for _ in range(repeats):
         for v in variants:
-            seconds[v].append(generate(v))
+            wall, cpu = generate(v)
+            seconds[v].append(wall)
+            cpu_seconds[v].append(cpu)
     model.forward = plain_forward
-    return {"rollouts": 16, "new_tokens": tokens, "seconds": seconds}
+    return {"rollouts": 16, "new_tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds}
 
 
 def child(a) -> None:
@@ -190,12 +192,17 @@ def markdown(report: dict) -> str:
              f"{report['load_before']} before, {report['load_after']} after)", ""]
     if report.get("rollout"):
         ro = report["rollout"]
+        cpu = ro.get("cpu_seconds", {})
         base = statistics.median(ro["seconds"]["float32"])
+        cpu_base = statistics.median(cpu["float32"]) if cpu else None
         lines += [f"## HF generate, {ro['rollouts']} rollouts x {ro['new_tokens']} forced new tokens", "",
-                  "| variant | seconds per call (median; all) | / float32 |", "|---|---|---|"]
+                  "| variant | wall s per call (all) | / float32 | CPU s per call (all) | / float32 |",
+                  "|---|---|---|---|---|"]
         for v, s in ro["seconds"].items():
-            lines.append(f"| {v} | {statistics.median(s):.2f} ({', '.join(f'{x:.2f}' for x in s)}) | "
-                         f"{statistics.median(s) / base:.2f} |")
+            c = cpu.get(v)
+            lines.append(f"| {v} | {', '.join(f'{x:.2f}' for x in s)} | {statistics.median(s) / base:.2f} | "
+                         + (f"{', '.join(f'{x:.2f}' for x in c)} | {statistics.median(c) / cpu_base:.2f} |" if c
+                            else "| |"))
         lines.append("")
     if report["runs"]:
         lines += ["## Training steps (one process per run; step 1 is warm-up)", "",
@@ -221,6 +228,7 @@ def markdown(report: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="grpo,oger,ase,oger_ase")
+    p.add_argument("--runs", help="explicit order, e.g. grpo:float32,oger:bfloat16 (instead of --kinds)")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first is warm-up)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--time-budget", type=float, default=1500, help="start no run after this many seconds")
@@ -270,14 +278,15 @@ def main() -> None:
         report["rollout"] = spawn([])
         save()
     if not a.rollout_only:
-        for kind in a.kinds.split(","):
-            for precision in PRECISIONS:
-                if time.perf_counter() - start > a.time_budget:
-                    print(f"time budget spent: {kind} {precision} not run")
-                    continue
-                report["runs"].append(spawn(["--one", kind, precision]))
-                save()
-                print(f"{kind} {precision}: {report['runs'][-1]['step_seconds']}", flush=True)
+        runs = [r.split(":") for r in a.runs.split(",")] if a.runs else [
+            (kind, precision) for kind in a.kinds.split(",") for precision in PRECISIONS]
+        for kind, precision in runs:
+            if time.perf_counter() - start > a.time_budget:
+                print(f"time budget spent: {kind} {precision} not run")
+                continue
+            report["runs"].append(spawn(["--one", kind, precision]))
+            save()
+            print(f"{kind} {precision}: {report['runs'][-1]['step_seconds']}", flush=True)
     save()
     print(markdown(report))
 

@@ -2,7 +2,8 @@
 
 What "bfloat16" means on a CPU here (``ExplorationConfig.cpu_precision``):
 
-* the weights, gradients and optimizer state stay float32 (the model is loaded and kept in float32);
+* the weights, gradients and optimizer state stay float32 (TRL loads a model given by name in float32 unless
+  ``model_init_kwargs`` say otherwise; a model object keeps its own dtype);
 * the loss forward and backward run under ``torch.autocast("cpu", dtype=torch.bfloat16)``: that is Transformers'
   and Accelerate's ``bf16=True, use_cpu=True``, which this module sets;
 * the rollouts (HF ``generate``, which TRL does not put under autocast: before the first step the model is not
