@@ -166,11 +166,46 @@ def rollout_comparison(repeats: int, tokens: int) -> dict:
     return {"rollouts": 16, "new_tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds}
 
 
+MATMULS = ((2048, 576, 1536), (16, 576, 1536), (16, 576, 49152), (640, 576, 49152))
+"""``(m, k, n)`` of SmolLM2's products: an MLP product of a training batch, one of a decoding step of 16 rows, the
+LM head of a decoding step, the LM head over a step's completion tokens."""
+
+
+def matmul_comparison(repeats: int = 5) -> dict:
+    """Milliseconds of CPU time of ``[m, k] @ [k, n]`` in float32, in bfloat16 (both operands bfloat16) and under
+    autocast with a float32 weight (cast at every call), one thread."""
+    import torch
+
+    def ms(f):
+        f()
+        start = time.process_time()
+        for _ in range(repeats):
+            f()
+        return (time.process_time() - start) / repeats * 1000
+
+    out = {}
+    for m, k, n in MATMULS:
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        ab, wb = a.bfloat16(), w.bfloat16()
+
+        def autocast(a=a, w=w):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                torch.nn.functional.linear(a, w)
+
+        out[f"{m}x{k} @ {k}x{n}"] = {"float32": ms(lambda a=a, w=w: torch.nn.functional.linear(a, w)),
+                                     "bfloat16": ms(lambda ab=ab, wb=wb: torch.nn.functional.linear(ab, wb)),
+                                     "autocast, weight cast each call": ms(autocast)}
+    return out
+
+
 def child(a) -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    result = run_one(a.one[0], a.one[1], a.steps) if a.one else rollout_comparison(a.rollout_repeats, a.tokens)
+    if a.one:
+        result = run_one(a.one[0], a.one[1], a.steps)
+    else:
+        result = {**rollout_comparison(a.rollout_repeats, a.tokens), "matmuls_ms": matmul_comparison()}
     pathlib.Path(a.result).write_text(json.dumps(result))
 
 
@@ -203,6 +238,15 @@ def markdown(report: dict) -> str:
             lines.append(f"| {v} | {', '.join(f'{x:.2f}' for x in s)} | {statistics.median(s) / base:.2f} | "
                          + (f"{', '.join(f'{x:.2f}' for x in c)} | {statistics.median(c) / cpu_base:.2f} |" if c
                             else "| |"))
+        lines.append("")
+    if report.get("rollout") and report["rollout"].get("matmuls_ms"):
+        mm = report["rollout"]["matmuls_ms"]
+        lines += ["## Matmuls, one thread, CPU ms per call", "",
+                  "| product | " + " | ".join(next(iter(mm.values()))) + " | bfloat16 / float32 |",
+                  "|---|" + "---|" * (len(next(iter(mm.values()))) + 1)]
+        for name, v in mm.items():
+            lines.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in v.values())
+                         + f" | {v['bfloat16'] / v['float32']:.2f} |")
         lines.append("")
     if report["runs"]:
         lines += ["## Training steps (one process per run; step 1 is warm-up)", "",

@@ -32,14 +32,15 @@ def test_cpu_flags_reads_x86_and_arm_lines_and_nothing_else():
     assert cpu_flags(XEON) == {"fpu", "sse", "avx2", "avx512f", "avx512_bf16", "amx_tile"}
     assert cpu_flags(ARM) == {"fp", "asimd", "bf16", "sve"}
     assert cpu_flags("model name\t: Some CPU with flags in its name\n") == frozenset()
-    assert native_bf16_flags(cpu_flags(XEON)) == ("avx512_bf16",)
-    assert native_bf16_flags(["AMX_BF16", "avx512_bf16"]) == ("amx_bf16", "avx512_bf16")
+    assert native_bf16_flags(cpu_flags(XEON)) == ()  # avx512_bf16 without AMX: measured slower than float32
+    assert native_bf16_flags(["AMX_BF16", "avx512_bf16"]) == ("amx_bf16",)
     assert native_bf16_flags(cpu_flags(ARM)) == ()  # not measured there: auto keeps float32
 
 
 @pytest.mark.parametrize("flags, expected", [
-    ({"avx512_bf16"}, torch.bfloat16), ({"amx_bf16"}, torch.bfloat16), ({"amx_bf16", "avx512_bf16"}, torch.bfloat16),
-    ({"avx512f", "avx2"}, torch.float32), (set(), torch.float32),  # no native bfloat16: float32
+    ({"amx_bf16"}, torch.bfloat16), ({"amx_bf16", "amx_tile", "avx512_bf16"}, torch.bfloat16),
+    ({"avx512_bf16", "avx512f"}, torch.float32),  # bfloat16 instructions without AMX: slower matmuls, float32
+    ({"avx512f", "avx2"}, torch.float32), (set(), torch.float32),
 ])
 def test_auto_follows_the_flags(flags, expected):
     assert cpu_compute_dtype("auto", flags) == expected
@@ -62,7 +63,7 @@ def test_forced_values_and_an_explicit_bf16():
 ])
 def test_contradictions_are_refused_naming_the_fields(option, bf16, fp16, match):
     with pytest.raises(ValueError, match=match):
-        cpu_compute_dtype(option, {"avx512_bf16"}, bf16=bf16, fp16=fp16)
+        cpu_compute_dtype(option, {"amx_bf16"}, bf16=bf16, fp16=fp16)
 
 
 def _config(tmp_path, **kwargs):
@@ -70,10 +71,10 @@ def _config(tmp_path, **kwargs):
 
 
 def test_config_sets_use_cpu_and_bf16_from_the_flags(tmp_path, monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
     args = _config(tmp_path)
     assert (args.use_cpu, args.bf16, args.mixed_precision) == (True, True, "bf16")
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
     args = _config(tmp_path)
     assert (args.use_cpu, args.bf16, args.mixed_precision) == (True, False, "no")  # the float32 fallback
     args = _config(tmp_path, cpu_precision="bfloat16")
@@ -99,12 +100,12 @@ def test_on_a_gpu_nothing_is_changed(monkeypatch):
 def test_the_precision_line_says_what_and_why():
     cpu = torch.device("cpu")
     on = types.SimpleNamespace(bf16=True, fp16=False, cpu_precision="auto")
-    assert precision_line(on, cpu, flags={"avx512_bf16"}) == (
+    assert precision_line(on, cpu, flags={"amx_bf16", "avx512_bf16"}) == (
         "precision: bfloat16 mixed on the CPU (float32 weights and optimizer; bfloat16 autocast for the loss, the "
-        "rollouts and the held-out evaluation): cpu_precision='auto', CPU flag avx512_bf16")
+        "rollouts and the held-out evaluation): cpu_precision='auto', CPU flag amx_bf16")
     off = types.SimpleNamespace(bf16=False, fp16=False, cpu_precision="auto")
     assert precision_line(off, cpu, flags=set()) == (
-        "precision: float32 on the CPU: cpu_precision='auto', no native bfloat16 on this CPU")
+        "precision: float32 on the CPU: cpu_precision='auto', no amx_bf16 on this CPU")
 
 
 class _Recorder:

@@ -100,10 +100,10 @@ class ExplorationConfig(GRPOConfig):
         cpu_precision (`str`, defaults to `"auto"`):
             The precision of a run on a CPU (`trl_explore.precision`): `"bfloat16"` is mixed precision (float32
             weights and optimizer, bfloat16 autocast for the loss forward and backward, the rollouts and the held-out
-            evaluation), `"float32"` plain float32, `"auto"` bfloat16 where the CPU computes it natively (`amx_bf16`
-            or `avx512_bf16` in /proc/cpuinfo), else float32. Sets `use_cpu` and `bf16`; an explicit `bf16` wins
-            over `"auto"` and must agree with a forced value. Not read on a GPU, where `bf16` / `fp16` keep TRL's
-            meaning.
+            evaluation), `"float32"` plain float32, `"auto"` bfloat16 where the CPU computes it fast (`amx_bf16` in
+            /proc/cpuinfo; `avx512_bf16` alone was measured slower than float32), else float32. Sets `use_cpu` and
+            `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on a GPU, where
+            `bf16` / `fp16` keep TRL's meaning.
 
     Raises:
         ValueError: an unknown grader mode or `cpu_precision`; `fp16` or a contradicting `bf16` on a CPU; any check
@@ -126,8 +126,8 @@ class ExplorationConfig(GRPOConfig):
 
     cpu_precision: str = field(
         default="auto",
-        metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where the CPU has amx_bf16 or "
-                          "avx512_bf16, else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
+        metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where the CPU has amx_bf16, "
+                          "else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
                           "for loss, rollouts and held-out evaluation) or 'float32'. Sets use_cpu and bf16; an "
                           "explicit bf16 wins over 'auto'. Not read on a GPU.",
                   "choices": list(CPU_PRECISIONS)},

@@ -1,4 +1,4 @@
-"""The CPU precision tier: bfloat16 mixed precision where the CPU computes bfloat16 natively, float32 elsewhere.
+"""The CPU precision tier: bfloat16 mixed precision where the CPU computes bfloat16 fast (AMX), float32 elsewhere.
 
 What "bfloat16" means on a CPU here (``ExplorationConfig.cpu_precision``):
 
@@ -29,11 +29,13 @@ import torch
 CPU_PRECISIONS = ("auto", "bfloat16", "float32")
 """The values of ``ExplorationConfig.cpu_precision``."""
 
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-"""``/proc/cpuinfo`` flags of x86 CPUs that compute bfloat16 natively (Intel AMX, AVX512-BF16), either one enough.
-Measured on a 2-core Xeon with ``avx512_bf16``: a 2048 x 576 @ 576 x 1536 matmul 5.5 times faster in bfloat16 than
-in float32 (one thread). Other CPUs (no flag, other architectures, an unreadable ``/proc/cpuinfo``) get float32 from
-``"auto"``; ``cpu_precision="bfloat16"`` forces the tier there."""
+NATIVE_BF16_FLAGS = ("amx_bf16",)
+"""``/proc/cpuinfo`` flags of CPUs on which ``"auto"`` picks bfloat16: Intel AMX (``amx_bf16``). Measured, one
+thread, torch 2.13: on a Xeon with ``amx_bf16`` a 2048 x 576 @ 576 x 1536 matmul ran 5.5 times faster in bfloat16
+than in float32 (issue 28); on a Xeon with ``avx512_bf16`` but no AMX the same matmul ran 1.5 times SLOWER in
+bfloat16 (50.6 ms against 33.5 ms) and a decoding step's LM head only 1.4 times faster, so ``avx512_bf16`` alone does
+not qualify. Other CPUs (no flag, other architectures, an unreadable ``/proc/cpuinfo``) get float32 from ``"auto"``;
+``cpu_precision="bfloat16"`` forces the tier there."""
 
 
 def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
@@ -61,7 +63,7 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
 
 
 def native_bf16_flags(flags: Iterable[str]) -> tuple[str, ...]:
-    """The flags of :data:`NATIVE_BF16_FLAGS` among ``flags`` (empty: no native bfloat16)."""
+    """The flags of :data:`NATIVE_BF16_FLAGS` among ``flags`` (empty: ``"auto"`` picks float32)."""
     present = {f.lower() for f in flags}
     return tuple(f for f in NATIVE_BF16_FLAGS if f in present)
 
@@ -155,7 +157,7 @@ def generation_autocast(args, device: torch.device) -> contextlib.AbstractContex
 def precision_line(args, device: torch.device, flags: Iterable[str] | None = None) -> str:
     """One line saying the training precision and why, e.g. ``"precision: bfloat16 mixed on the CPU (float32 weights
     and optimizer; bfloat16 autocast for the loss, the rollouts and the held-out evaluation): cpu_precision='auto',
-    CPU flag avx512_bf16"``."""
+    CPU flag amx_bf16"``."""
     device = torch.device(device)
     if device.type != "cpu":
         mode = "bfloat16" if getattr(args, "bf16", False) else "float16" if getattr(args, "fp16", False) else "float32"
@@ -163,7 +165,7 @@ def precision_line(args, device: torch.device, flags: Iterable[str] | None = Non
     found = native_bf16_flags(cpu_flags() if flags is None else flags)
     option = getattr(args, "cpu_precision", None)
     why = (f"cpu_precision={option!r}, " if option is not None else f"bf16={getattr(args, 'bf16', None)}, ") + (
-        f"CPU flag{'s' if len(found) > 1 else ''} {', '.join(found)}" if found else "no native bfloat16 on this CPU")
+        f"CPU flag{'s' if len(found) > 1 else ''} {', '.join(found)}" if found else "no amx_bf16 on this CPU")
     if cpu_bf16_active(args, device):
         return ("precision: bfloat16 mixed on the CPU (float32 weights and optimizer; bfloat16 autocast for the loss, "
                 f"the rollouts and the held-out evaluation): {why}")
