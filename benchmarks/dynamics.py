@@ -176,7 +176,7 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
 
 def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     """Train one (method, seed), with held-out evaluations after the middle step and at the end; write result.json."""
-    from trl_explore.evaluation.heldout import HeldoutEvaluator, heldout_callback
+    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator, heldout_callback
 
     folder = run_dir(out, method, seed)
     start = time.perf_counter()

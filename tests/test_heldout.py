@@ -196,7 +196,8 @@ def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model
     import torch
     from accelerate import Accelerator
 
-    from trl_explore.evaluation.heldout import HeldoutEvaluator, weights_digest
+    from trl_explore.evaluation.heldout import weights_digest
+    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
 
     monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
     trainer = types.SimpleNamespace(model=tiny_model, processing_class=smollm2_tokenizer,
@@ -230,7 +231,7 @@ def test_evaluator_asks_both_formats_and_prints_a_table_for_each(tiny_model, smo
     import torch
     from accelerate import Accelerator
 
-    from trl_explore.evaluation.heldout import HeldoutEvaluator
+    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
 
     monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
     trainer = types.SimpleNamespace(model=tiny_model, processing_class=smollm2_tokenizer,

@@ -229,7 +229,7 @@ def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = Fa
     trl_group = parser._optionals
     if full:
         return head + "\n\n" + parser.format_help()
-    keep = set(COMMON_OPTIONS) | set(values)
+    keep = set(COMMON_OPTIONS) | set(values) | package_fields(parser.dataclass_types)
     hidden = [a for a in trl_group._group_actions if a.dest not in keep and a.dest != "help"]
     trl_group._group_actions[:] = [a for a in trl_group._group_actions if a not in hidden]
     for action in parser._actions:  # short: no --dash-spelled aliases; TRL's help texts cut to their first sentence
@@ -240,6 +240,17 @@ def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = Fa
     trl_group.title = (f"Common TRL / Transformers options and those the recipe sets ({len(hidden)} more: "
                        f"--help_all)")
     return head + "\n\n" + parser.format_help()
+
+
+def package_fields(dataclass_types) -> set[str]:
+    """The option names that classes of this package declare (e.g. ``grader_mode`` of ``ExplorationConfig``,
+    ``teachers_per_prompt`` of the SFT baseline's config), as opposed to those inherited from TRL or Transformers."""
+    names = set()
+    for dataclass_type in dataclass_types:
+        for cls in dataclass_type.__mro__:
+            if cls.__module__.startswith("trl_explore"):
+                names.update(vars(cls).get("__annotations__", {}))
+    return names
 
 
 def _names(message: str, key: str) -> bool:
@@ -326,10 +337,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.evaluation.heldout import (
-        HeldoutEvaluator,
-        save_heldout,
-    )
+    from trl_explore.evaluation.heldout import save_heldout
+    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
     from trl_explore.evaluation.own_data import training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.readiness import NothingLearnedWatch, check_readiness
@@ -371,6 +380,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
             print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on)",
                   flush=True)
         use_compact_logs(trainer)
+        if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
+            print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
         trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing is learned
         if ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
             if trainer.accelerator.is_main_process:
@@ -391,11 +402,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                       + " each (--eval_heldout false skips it) ...", flush=True)
             before = evaluator("before")
             if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
-                done = [r["before"] for r in evaluator.by_format.values()]
-                took = ("read back from the cache (eval_cache)" if all(r.cached for r in done) else
-                        f"{sum(r.seconds for r in done if not r.cached):.0f} s")
                 tables = "\n".join(evaluator.before_tables())
-                print(f"[{tag}] held-out evaluation before training ({took}):\n{tables}")
+                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
@@ -404,8 +412,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         after = evaluator("after")  # every process takes part (the others wait for the main one)
         before = evaluator.results.get("before")
         if after is not None and before is not None:
-            seconds = sum(r["after"].seconds for r in evaluator.by_format.values())
-            lines += (f"held-out evaluation before and after training ({seconds:.0f} s after):",
+            lines += (f"held-out evaluation before and after training ({evaluator.took('after')} after):",
                       *evaluator.change_tables())
             save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,

@@ -26,6 +26,7 @@ from typing import ClassVar
 from trl import GRPOConfig
 
 from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+from trl_explore.precision import CPU_PRECISIONS, apply_cpu_precision
 from trl_explore.rewards.modes import GRADER_MODES
 
 
@@ -96,11 +97,19 @@ class ExplorationConfig(GRPOConfig):
         vllm_enforce_eager (`bool`, defaults to `False`):
             Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
             start (CPU, tests), slower to decode. Steering works in both modes.
+        cpu_precision (`str`, defaults to `"auto"`):
+            The precision of a run on a CPU (`trl_explore.precision`): `"bfloat16"` is mixed precision (float32
+            weights and optimizer, bfloat16 autocast for the loss forward and backward, the rollouts and the held-out
+            evaluation), `"float32"` plain float32, `"auto"` bfloat16 where the CPU computes it fast (`amx_bf16` in
+            /proc/cpuinfo; `avx512_bf16` alone was measured slower than float32), else float32. Sets `use_cpu` and
+            `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on a GPU, where
+            `bf16` / `fp16` keep TRL's meaning.
 
     Raises:
         ValueError: an unknown name for a TRL option with a closed set of values (`check_trl_choices`) or for
-            `grader_mode` / `gold_normalizer`, naming the valid ones; a generation batch that does not hold whole
-            groups (`batch_geometry_error`); any check of a method's options class among the bases.
+            `grader_mode` / `gold_normalizer` / `cpu_precision`, naming the valid ones; `fp16` or a contradicting
+            `bf16` on a CPU; a generation batch that does not hold whole groups (`batch_geometry_error`); any check of
+            a method's options class among the bases.
     """
 
     grader_mode: str = field(
@@ -117,8 +126,18 @@ class ExplorationConfig(GRPOConfig):
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
 
+    cpu_precision: str = field(
+        default="auto",
+        metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where the CPU has amx_bf16, "
+                          "else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
+                          "for loss, rollouts and held-out evaluation) or 'float32'. Sets use_cpu and bf16; an "
+                          "explicit bf16 wins over 'auto'. Not read on a GPU.",
+                  "choices": list(CPU_PRECISIONS)},
+    )
+
     def __post_init__(self):
         check_trl_choices(self)  # before TRL's own checks: a mistyped name would otherwise fail in step 1
+        apply_cpu_precision(self)  # before Transformers reads use_cpu / bf16 (it refuses bf16 on a CPU otherwise)
         try:
             super().__post_init__()
         except ValueError as error:

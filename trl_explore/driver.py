@@ -41,6 +41,7 @@ from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
+from trl_explore.precision import generation_autocast, precision_line
 from trl_explore.resume import ResumableTrainerMixin
 from trl_explore.rows import check_datasets, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
@@ -89,6 +90,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         components: the method parts; each prepares the construction, then is set up after TRL's ``__init__``.
 
     Attributes:
+        precision_note: one line saying the training precision and why (``trl_explore.precision``).
         sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` the rollouts are drawn from (config plus
             ``generation_kwargs``), read once after TRL's ``__init__``.
 
@@ -122,6 +124,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         check_position_ids_supported(self.model)  # left-padded rows must be scored at generate's positions
         if self.use_vllm:
             use_reload_weights_on_cpu(self.vllm_generation)  # vLLM's CPU backend: sync weights by reloading them
+        self.precision_note = precision_line(self.args, self.accelerator.device)  # the scripts print it once
         self._tag_names = ["trl", "grpo", "trl-explore", *(tag for c in self.components for tag in c.tags)]
         self.sampler = effective_sampler(self)  # the one source of truth for the sampling distribution
         note = trl_temperature_note(self.sampler, self.temperature)
@@ -149,9 +152,8 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
     def step_generator(self, *terms: int, stream: str = "") -> torch.Generator:
         """The random generator of this step's draws: a function of ``args.seed``, the optimizer step, ``terms``
         (process index, micro-step; their order counts) and ``stream`` (a component's :attr:`Component.name`: see
-        ``Component.generator``), so the draws replay exactly after a resume and two streams never coincide.
-
-        The seed is the first 8 bytes of SHA-256 of the values' text (``stream_seed``)."""
+        ``Component.generator``), so the draws replay exactly after a resume and two streams never coincide. The seed
+        is the first 8 bytes of SHA-256 of the values' text (``stream_seed``)."""
         return torch.Generator().manual_seed(stream_seed(self.args.seed, self.state.global_step, terms, stream))
 
     def behaviour_context(self, mode: str) -> contextlib.ExitStack:
@@ -189,12 +191,13 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
-        # sampling contexts (steering, recorders).
+        # sampling contexts (steering, recorders) and, in the CPU bfloat16 tier, one autocast over HF `generate`.
         lengths = [len(p) for p in prompt_ids]  # past the position table: an error (absolute positions) or a warning
         self._warned_context = check_context_length(self.model, lengths, self.max_completion_length,
                                                     self._warned_context)
         call = SamplingCall(self._generation.mode, self._generation.rows, num_generations)
-        with _enter(contextlib.ExitStack(), (c.sampling_context(call) for c in self.components)):
+        precision = None if self.use_vllm else generation_autocast(self.args, self.accelerator.device)
+        with _enter(contextlib.ExitStack(), [precision, *(c.sampling_context(call) for c in self.components)]):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
 
@@ -260,8 +263,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             ))
         for component in users:
             component.observe_forward(ForwardResult(call, forward))
-        advantages = inputs["advantages"]
-        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        advantages = inputs["advantages"] if inputs["advantages"].dim() > 1 else inputs["advantages"].unsqueeze(1)
         entropy_mask = None
         if self.top_entropy_quantile < 1.0:  # one threshold for every token of the batch, before components mask rows
             tokens = inputs["completion_mask"]

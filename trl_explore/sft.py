@@ -136,13 +136,8 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.defaults import resolve_model_path
-    from trl_explore.evaluation.heldout import (
-        HeldoutEvalArguments,
-        HeldoutEvaluator,
-        compare_heldout,
-        heldout_table,
-        save_heldout,
-    )
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments, save_heldout
+    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
     from trl_explore.hub import check_hub_access
     from trl_explore.reporting import filter_known_warnings, finish_run
 
@@ -167,9 +162,9 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     if eval_args.eval_heldout:
         evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
         before = evaluator("before")
-        if before is not None:
-            took = "read back from the cache (eval_cache)" if before.cached else f"{before.seconds:.0f} s"
-            print(f"[{tag}] held-out evaluation before training ({took}):\n" + "\n".join(heldout_table(before)))
+        if before is not None:  # a table per prompt format (as the training scripts print it)
+            tables = "\n".join(evaluator.before_tables())
+            print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
     resume = training_args.resume_from_checkpoint
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
@@ -178,9 +173,9 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
         after = evaluator("after")
         before = evaluator.results.get("before")
         if after is not None and before is not None:
-            lines += (f"held-out evaluation before and after training ({after.seconds:.0f} s after):",
-                      *heldout_table(before, after, compare_heldout(before, after)))
-            save_heldout(training_args.output_dir, evaluator.results)
+            lines += (f"held-out evaluation before and after training ({evaluator.took('after')} after):",
+                      *evaluator.change_tables())
+            save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
                ("loss", "mean_token_accuracy", "entropy", "num_tokens"), time.perf_counter() - start, lines=lines)
     trainer.accelerator.end_training()

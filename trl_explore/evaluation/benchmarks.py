@@ -55,6 +55,7 @@ from typing import Any
 from trl_explore.rewards.benchmark_grading import (  # noqa: F401  (GRADINGS and LETTERS are used; the rest: old path)
     GRADINGS,
     LETTERS,
+    answer_text,
     extract_choice_letter,
     extract_final_text,
     grade_completion,
@@ -271,21 +272,6 @@ def _field(record: dict, name: str, where: str) -> Any:
     return record[name]
 
 
-def _text(value: Any, name: str, where: str) -> str:
-    """A non-empty answer / question string (numbers converted, lists joined with ", ")."""
-    if isinstance(value, (list, tuple)):  # OlympiadBench: ["$-3$", "$3$"] -> "-3, 3"
-        items = [str(v).strip() for v in value if v is not None and str(v).strip()]
-        value = ", ".join(item[1:-1].strip() if len(item) > 1 and item[0] == item[-1] == "$" else item
-                          for item in items)
-    elif isinstance(value, float) and value.is_integer():
-        value = str(int(value))  # AMC stores 142.0
-    elif value is not None and not isinstance(value, str):
-        value = str(value)
-    if value is None or not value.strip():
-        raise ValueError(f"{where}: the {name!r} field is empty")
-    return value.strip()
-
-
 def format_choices(question: str, choices: Sequence[str]) -> str:
     """The question followed by lettered options: ``"Q\\n\\nA. first\\nB. second"``.
 
@@ -306,7 +292,7 @@ def _choices_and_gold(spec: BenchmarkSpec, record: dict, problem_id: str, where:
         if not isinstance(choices, dict) or "text" not in choices or "label" not in choices:
             raise ValueError(f"{where}: {spec.choices_field!r} must be {{'text': [...], 'label': [...]}}")
         texts, labels = list(choices["text"]), [str(label).strip() for label in choices["label"]]
-        key = _text(answer, spec.answer_field, where)
+        key = answer_text(answer, spec.answer_field, where)
         if key not in labels:
             raise ValueError(f"{where}: answer {key!r} is not one of the labels {labels}")
         return texts, LETTERS[labels.index(key)]
@@ -314,13 +300,13 @@ def _choices_and_gold(spec: BenchmarkSpec, record: dict, problem_id: str, where:
         options = _field(record, spec.choices_field, where)
         if not isinstance(options, (list, tuple)):
             raise ValueError(f"{where}: {spec.choices_field!r} must be a list of options")
-        key = _text(answer, spec.answer_field, where).upper()
+        key = answer_text(answer, spec.answer_field, where).upper()
         if len(key) != 1 or key not in LETTERS[: len(options)]:
             raise ValueError(f"{where}: answer {key!r} is not a letter A-{LETTERS[len(options) - 1]}")
         return [str(o) for o in options], key
     if spec.choices_style == "gpqa":
-        correct = _text(answer, spec.answer_field, where)
-        wrong = [_text(_field(record, f, where), f, where) for f in spec.incorrect_fields]
+        correct = answer_text(answer, spec.answer_field, where)
+        wrong = [answer_text(_field(record, f, where), f, where) for f in spec.incorrect_fields]
         options = [correct, *wrong]
         random.Random(f"trl_explore-gpqa-{problem_id}").shuffle(options)  # fixed per problem
         return options, LETTERS[options.index(correct)]
@@ -345,12 +331,12 @@ def convert_record(spec: BenchmarkSpec, record: dict, index: int) -> dict:
         raw_id = f"{task}-{index}" if task else str(index)
     problem_id = f"{spec.name}/{raw_id}"
     where = f"benchmark {spec.name!r}, row {index} (id {problem_id!r})"
-    question = _text(_field(record, spec.question_field, where), spec.question_field, where)
+    question = answer_text(_field(record, spec.question_field, where), spec.question_field, where)
     if spec.grading == "multiple_choice":
         choices, gold = _choices_and_gold(spec, record, problem_id, where)
         problem = format_choices(question, choices)
     else:
-        choices, gold = [], _text(_field(record, spec.answer_field, where), spec.answer_field, where)
+        choices, gold = [], answer_text(_field(record, spec.answer_field, where), spec.answer_field, where)
         problem = question
     return {
         "benchmark": spec.name,
@@ -386,7 +372,7 @@ def _embedded_rows(name: str, split: str, options: dict) -> list[dict]:
                 "benchmark": name,
                 "problem_id": str(record["problem_id"]),
                 "problem": users[-1],
-                "answer": _text(_field(record, "answer", where), "answer", where),
+                "answer": answer_text(_field(record, "answer", where), "answer", where),
                 "grading": "math",
                 "domain": "math",
                 "choices": [],

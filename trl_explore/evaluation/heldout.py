@@ -16,7 +16,8 @@ format). A gain in the training format alone is a gain of that prompt; one in bo
 policy never trained on. The neutral format doubles the evaluation's ``generate`` calls (its prompts are shorter).
 
 The training scripts run it before and after training when ``eval_heldout`` is set (:class:`HeldoutEvalArguments`,
-wired in :func:`trl_explore.cli.run_training`); :func:`heldout_callback` runs it at chosen steps
+wired in :func:`trl_explore.cli.run_training` through
+:class:`~trl_explore.evaluation.heldout_evaluator.HeldoutEvaluator`); its ``heldout_callback`` runs it at chosen steps
 (``benchmarks/dynamics.py``).
 
 What the interval covers: problems are resampled with their ``k`` samples, so the interval reflects which problems
@@ -31,7 +32,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -422,7 +423,6 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
 def weights_digest(model) -> str:
     """SHA-256 (16 hex digits) of a model's parameters and buffers: names, dtypes, shapes and bytes (SmolLM2-135M:
     ~1 s on a CPU). Two models with this digest compute the same functions."""
-    import hashlib
 
     import torch
 
@@ -438,7 +438,6 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
     """``evaluate()``, or its stored result for the same weights (:func:`weights_digest`), settings ``key``, torch
     thread count and library versions (the samples depend on all of them) from
     ``trl_explore.defaults.cache_dir() / "heldout"``; a fresh result is stored there. ``cache=False``: evaluate."""
-    import hashlib
     import json
 
     if not cache:
@@ -465,134 +464,6 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
     tmp.write_text(json.dumps({"key": full, "result": result.to_dict()}))
     tmp.replace(path)
     return result
-
-
-def _max_completion_length(trainer) -> int:
-    """A ``GRPOTrainer``'s ``max_completion_length``, else its config's (the SFT baseline's ``SFTBaselineConfig``)."""
-    length = getattr(trainer, "max_completion_length", None)
-    return length if length is not None else trainer.args.max_completion_length
-
-
-class HeldoutEvaluator:
-    """Evaluates a trainer's current policy with the options of :class:`HeldoutEvalArguments`, in each of its
-    prompt formats (:attr:`formats`).
-
-    Args:
-        trainer: a ``GRPOTrainer``, or the SFT baseline's ``SFTTrainer`` (its model and tokenizer, its
-            ``max_completion_length`` or else ``args.max_completion_length``, and ``args.grader_mode``).
-        options: the :class:`HeldoutEvalArguments`.
-        levels: the levels to evaluate on when ``options.eval_levels`` is None (the training levels).
-        problems: held-out rows of your own data (training format, e.g. from
-            :func:`~trl_explore.evaluation.own_data.training_and_eval_data`) evaluated instead of ``eval_benchmark``
-            (their first ``eval_problems``), with their own prompts.
-
-    Attributes:
-        formats: ``("training", "neutral")`` with ``eval_neutral_format`` on the ladder, else ``("training",)``.
-        by_format: ``{format: {label: HeldoutResult}}``; results: ``by_format["training"]`` (the same dict).
-
-    Runs on the main process only (the others wait); returns None elsewhere. A model sharded across processes
-    (DeepSpeed ZeRO-3, FSDP) is not evaluated: a warning names the option.
-    """
-
-    def __init__(self, trainer, options: HeldoutEvalArguments, levels: Sequence[str] | None = None, problems=None):
-        self.trainer = trainer
-        self.problems = None
-        if problems is not None:  # your own held-out problems (trl_explore.evaluation.own_data)
-            from datasets import Dataset
-
-            from trl_explore.evaluation.own_data import own_rows
-
-            self.problems = Dataset.from_list(own_rows(problems.select(range(min(len(problems),
-                                                                                 options.eval_problems)))))
-        self.options = options
-        self.levels = options.eval_levels if options.eval_levels is not None else levels
-        neutral = options.eval_neutral_format and options.eval_benchmark == "ladder" and problems is None
-        self.formats: tuple[str, ...] = ("training", "neutral") if neutral else ("training",)
-        self.by_format: dict[str, dict[str, HeldoutResult]] = {f: {} for f in self.formats}
-        self.results: dict[str, HeldoutResult] = self.by_format["training"]
-        self._warned = False
-
-    def sharded(self) -> bool:
-        t = self.trainer
-        if getattr(t, "is_fsdp_enabled", False):
-            return True
-        plugin = getattr(t.accelerator.state, "deepspeed_plugin", None)
-        return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
-
-    def __call__(self, label: str) -> HeldoutResult | None:
-        """Evaluate now in every format; the results are kept as ``by_format[format][label]`` (main process).
-        Returns the training format's (``results[label]``)."""
-        t = self.trainer
-        if self.sharded():
-            if t.accelerator.is_main_process and not self._warned:
-                self._warned = True
-                logger.warning("eval_heldout: the model is sharded across processes (ZeRO-3 / FSDP); the held-out "
-                               "evaluation is skipped (evaluate the saved model with examples/evaluate.py)")
-            return None
-        if t.accelerator.is_main_process:
-            for prompt_format in self.formats:
-                self.by_format[prompt_format][label] = self._evaluate(prompt_format)
-        t.accelerator.wait_for_everyone()
-        return self.results.get(label) if t.accelerator.is_main_process else None
-
-    def _evaluate(self, prompt_format: str) -> HeldoutResult:
-        """One evaluation of the current weights in ``prompt_format`` (cached: :func:`cached_evaluation`); your own
-        held-out problems (``self.problems``) are asked with their own prompts."""
-        t, o = self.trainer, self.options
-        model = t.accelerator.unwrap_model(t.model)
-        own = self.problems is not None
-        settings = dict(benchmark="own" if own else o.eval_benchmark, split="held-out" if own else o.eval_split,
-                        levels=None if own else self.levels,
-                        num_problems=o.eval_problems, num_samples=o.eval_samples, temperature=o.eval_temperature,
-                        greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or _max_completion_length(t),
-                        seed=o.eval_seed, batch_size=o.eval_batch_size,
-                        grader_mode=getattr(t.args, "grader_mode", "math_verify"), prompt_format=prompt_format)
-        rows = self.problems if own else heldout_problems(o.eval_benchmark, o.eval_split, self.levels,
-                                                          o.eval_problems, prompt_format)
-        text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
-        problems = hashlib.sha256(text.encode()).hexdigest()[:16]
-        return cached_evaluation(model, {**settings, "problems": problems},
-                                 lambda: evaluate_heldout(model, t.processing_class, **settings,
-                                                          problems=rows if own else None,
-                                                          show_progress=True),  # bars: minutes on a CPU
-                                 cache=o.eval_cache)
-
-    def before_tables(self, label: str = "before") -> list[str]:
-        """The table of each format's ``label`` evaluation alone (lines; main process, after ``self(label)``)."""
-        lines = []
-        for prompt_format in self.formats:
-            if label in self.by_format[prompt_format]:
-                lines += heldout_table(self.by_format[prompt_format][label])
-        return lines
-
-    def change_tables(self, before: str = "before", after: str = "after") -> list[str]:
-        """Each format's before/after table with its intervals (:func:`compare_heldout`), then, with two formats,
-        one line that sets their mean@k changes side by side (:func:`format_change_line`). Empty where a result is
-        missing (another process, a sharded model)."""
-        lines, changes = [], {}
-        for prompt_format in self.formats:
-            results = self.by_format[prompt_format]
-            if before in results and after in results:
-                changes[prompt_format] = compare_heldout(results[before], results[after])
-                lines += heldout_table(results[before], results[after], changes[prompt_format])
-        if len(changes) == 2:
-            k = min(self.results[before].num_samples, self.results[after].num_samples)
-            lines.append(format_change_line(changes["training"]["mean"], changes["neutral"]["mean"], k))
-        return lines
-
-
-def heldout_callback(evaluator: HeldoutEvaluator, steps: Iterable[int]):
-    """A ``TrainerCallback`` that runs ``evaluator`` after each optimizer step in ``steps`` (label ``"step <n>"``)."""
-    from transformers import TrainerCallback
-
-    wanted = {int(s) for s in steps}
-
-    class HeldoutEvalCallback(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step in wanted:
-                evaluator(f"step {state.global_step}")
-
-    return HeldoutEvalCallback()
 
 
 def format_change_line(training: tuple, neutral: tuple, k: int) -> str:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from trl_explore.rewards.benchmark_grading import answer_text
+
 OWN = "own"
 """The benchmark name of a data set in the training format (``trl_explore.evaluation.benchmarks``)."""
 
@@ -64,8 +66,6 @@ def own_rows(dataset, name: str = OWN) -> list[dict]:
     Raises:
         ValueError: a missing column, a bad prompt or an empty answer (naming the row), a repeated problem id.
     """
-    from trl_explore.evaluation.benchmarks import _text
-
     dataset = training_format(dataset)
     rows, seen = [], {}
     for index, record in enumerate(dataset):
@@ -77,7 +77,7 @@ def own_rows(dataset, name: str = OWN) -> list[dict]:
             raise ValueError(f"evaluation data: rows {seen[pid]} and {index} share the problem id {pid!r}")
         seen[pid] = index
         rows.append({"benchmark": name, "problem_id": pid, "problem": users[-1] if users else prompt[-1]["content"],
-                     "answer": _text(record["answer"], "answer", where), "grading": "math", "domain": "math",
+                     "answer": answer_text(record["answer"], "answer", where), "grading": "math", "domain": "math",
                      "choices": [], "prompt": prompt})
     return rows
 

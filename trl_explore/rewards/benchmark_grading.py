@@ -149,3 +149,22 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
         return extracted, extracted is not None and normalise_exact(extracted) == normalise_exact(answer)
     raise ValueError(f"unknown grading {grading!r}; expected one of {GRADINGS}")
 
+
+def answer_text(value: Any, name: str, where: str) -> str:
+    """A benchmark record's non-empty answer or question string: numbers converted (AMC stores ``142.0``: ``"142"``),
+    lists joined with ``", "`` (OlympiadBench's ``["$-3$", "$3$"]``: ``"-3, 3"``), whitespace stripped.
+
+    Raises:
+        ValueError: the value is None or empty, naming ``where`` and the field ``name``.
+    """
+    if isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value if v is not None and str(v).strip()]
+        value = ", ".join(item[1:-1].strip() if len(item) > 1 and item[0] == item[-1] == "$" else item
+                          for item in items)
+    elif isinstance(value, float) and value.is_integer():
+        value = str(int(value))
+    elif value is not None and not isinstance(value, str):
+        value = str(value)
+    if value is None or not value.strip():
+        raise ValueError(f"{where}: the {name!r} field is empty")
+    return value.strip()
