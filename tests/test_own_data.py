@@ -102,7 +102,7 @@ def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, s
                            argv=argv)
     printed = capsys.readouterr().out
     assert "[t] your own evaluation set: 2 held-out problems (6 to train on)" in printed
-    assert "held-out own held-out split: 2 problems (all levels), k = 2 samples" in printed
+    assert "your own held-out problems, their own prompts: 2 problems, k = 2 samples" in printed
     assert len(trainer.train_dataset) == 6 and len(trainer.eval_dataset) == 2
     assert not set(trainer.train_dataset["problem_id"]) & set(trainer.eval_dataset["problem_id"])
     assert any("eval_reward" in entry for entry in trainer.state.log_history)

@@ -394,8 +394,11 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
     k = before.num_samples if after is None else min(before.num_samples, after.num_samples)
     levels = ", ".join(before.levels) if before.levels else "all levels"
     form = HELDOUT_PROMPT_FORMATS.get(before.prompt_format, before.prompt_format)
-    head = (f"held-out {before.benchmark} {before.split} split, {form}: {before.num_problems} problems ({levels}), "
-            f"k = {k} samples at T = {before.temperature:g}" + (" + 1 greedy" if before.greedy_correct else ""))
+    where = f"held-out {before.benchmark} {before.split} split, {form}: {before.num_problems} problems ({levels})"
+    if before.benchmark == "own":  # your own problems, asked with their own prompts (no ladder format, no levels)
+        where = f"your own held-out problems, their own prompts: {before.num_problems} problems"
+    greedy = " + 1 greedy" if before.greedy_correct else ""
+    head = f"{where}, k = {k} samples at T = {before.temperature:g}{greedy}"
     rows = [
         (f"mean@{k} (sampled accuracy)", lambda r: r.mean, "mean"),
         (f"pass@{k}", lambda r: r.pass_at(k), "pass"),
