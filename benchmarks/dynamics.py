@@ -52,9 +52,36 @@ SETTINGS = {
     "eval_max_new_tokens": 64,
     "eval_seed": 0,
     "eval_batch_size": 32,
+    "eval_neutral_format": False,
+    "end_eval_samples": None,
 }
-"""The shared settings (command-line overrides are recorded in every result). Chosen on the validation split and for
-time: see ``docs/reproduction.md``."""
+"""The shared settings of the 8-step study (command-line overrides are recorded in every result). Chosen on the
+validation split and for time: see ``docs/reproduction.md``. ``end_eval_samples``: samples per problem of the start
+and end evaluations (None: ``eval_samples``; the middle one keeps ``eval_samples``)."""
+
+COLLAPSE = {
+    **SETTINGS,
+    "levels": ["one_digit"],
+    "prompts_per_step": 4,
+    "num_generations": 4,
+    "max_steps": 30,
+    "mid_step": 15,
+    "learning_rate": 3e-5,
+    "max_completion_length": 64,
+    "eval_split": "test",
+    "eval_problems": 32,
+    "eval_samples": 4,
+    "end_eval_samples": 16,
+    "eval_batch_size": 64,
+    "eval_neutral_format": True,
+}
+"""The collapse-regime study (issue 28 item 3): one-digit problems, 4 prompts x 4 samples, 30 steps at lr 3e-5, where
+plain GRPO's online-token entropy collapses; held-out in both prompt formats, pass@k up to 16 at the start and end.
+Chosen on the validation split (``--set eval_split '"validation"'``; ``docs/reproduction.md``)."""
+
+PRESETS = {"ladder": (SETTINGS, OUT),
+           "collapse": (COLLAPSE, REPO / "benchmarks" / "results" / "collapse")}
+"""``--preset``: the shared settings and the default output folder of each study."""
 
 METHODS = {
     "grpo": ("GRPO", "grpo", {}),
@@ -94,34 +121,70 @@ def run_dir(out: pathlib.Path, method: str, seed: int) -> pathlib.Path:
     return out / "runs" / method / f"seed{seed}"
 
 
-def eval_options(settings: dict):
+def commit_result(path: pathlib.Path, message: str, tries: int = 30) -> bool:
+    """``git commit`` of one finished run's ``result.json`` alone (``--commit``: hours of runs must not wait for a
+    person to land); retried while another git command holds the index. False (with the reason) when it fails."""
+    where = str(path.parent)  # the repository holding --out (the study may run from a frozen clone of the code)
+    cmd = ["git", "-C", where, "add", "--", path.name]
+    commit = ["git", "-C", where, "commit", "-q", "--no-verify", "-m", message, "--", path.name]
+    for _ in range(tries):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode == 0:
+            done = subprocess.run(commit, capture_output=True, text=True)
+        if done.returncode == 0:
+            return True
+        if "index.lock" not in done.stderr:
+            break
+        time.sleep(2)
+    print(f"[dynamics] could not commit {path}: {done.stderr.strip()}", flush=True)
+    return False
+
+
+def end_samples(settings: dict) -> int:
+    """Samples per problem of the start and end evaluations."""
+    return settings.get("end_eval_samples") or settings["eval_samples"]
+
+
+def formats(settings: dict) -> tuple[str, ...]:
+    return ("training", "neutral") if settings.get("eval_neutral_format") else ("training",)
+
+
+def eval_options(settings: dict, num_samples: int | None = None):
     from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
     return HeldoutEvalArguments(eval_heldout=True, eval_split=settings["eval_split"], eval_levels=settings["levels"],
-                                eval_problems=settings["eval_problems"], eval_samples=settings["eval_samples"],
+                                eval_problems=settings["eval_problems"],
+                                eval_samples=num_samples or settings["eval_samples"],
                                 eval_temperature=settings["eval_temperature"], eval_seed=settings["eval_seed"],
                                 eval_max_new_tokens=settings["eval_max_new_tokens"],
                                 eval_batch_size=settings["eval_batch_size"],
-                                eval_neutral_format=False)  # the study records the training format only
+                                eval_neutral_format=bool(settings.get("eval_neutral_format")))
 
 
 def start_eval(out: pathlib.Path, settings: dict) -> dict:
-    """The initial policy's held-out evaluation (one for every run: the same weights, the same sampling seed)."""
+    """The initial policy's held-out evaluation (one for every run: the same weights, the same sampling seed), in
+    each prompt format: ``summary``/``result`` are the training format's, ``by_format`` holds every format's."""
     from trl_explore.evaluation.heldout import evaluate_heldout
     from trl_explore.sampling.backends import load_policy
 
     path = out / "start_eval.json"
     key = {k: settings[k] for k in settings if k.startswith("eval_") or k in ("levels", "max_completion_length")}
+    key["end_eval_samples"] = settings.get("end_eval_samples")
+    key = {k: v for k, v in key.items() if v is not None and not (k == "eval_neutral_format" and not v)}
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved["key"] == key:
             return saved
     model, tokenizer = load_policy("embedded")
-    o = eval_options(settings)
-    result = evaluate_heldout(model, tokenizer, split=o.eval_split, levels=o.eval_levels, num_problems=o.eval_problems,
-                              num_samples=o.eval_samples, temperature=o.eval_temperature,
-                              max_new_tokens=o.eval_max_new_tokens, seed=o.eval_seed, batch_size=o.eval_batch_size)
-    saved = {"key": key, "summary": result.summary(), "result": result.to_dict()}
+    o = eval_options(settings, end_samples(settings))
+    by_format = {}
+    for prompt_format in formats(settings):
+        result = evaluate_heldout(model, tokenizer, split=o.eval_split, levels=o.eval_levels,
+                                  num_problems=o.eval_problems, num_samples=o.eval_samples,
+                                  temperature=o.eval_temperature, max_new_tokens=o.eval_max_new_tokens,
+                                  seed=o.eval_seed, batch_size=o.eval_batch_size, prompt_format=prompt_format)
+        by_format[prompt_format] = {"summary": result.summary(), "result": result.to_dict()}
+    saved = {"key": key, **by_format["training"], "by_format": by_format}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(saved, indent=1))
     return saved
@@ -174,6 +237,16 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
     return ExplorationTrainer("embedded", args=args, train_dataset=train, components=[*components, DynamicsProbe()])
 
 
+def code_version() -> str | None:
+    """The commit of the code that ran (and whether it had uncommitted changes), for the record."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "trl_explore", "benchmarks"],
+                           capture_output=True, text=True)
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     """Train one (method, seed), with held-out evaluations after the middle step and at the end; write result.json."""
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator, heldout_callback
@@ -185,14 +258,19 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     trainer.add_callback(heldout_callback(evaluator, [settings["mid_step"]]))
     build_seconds = time.perf_counter() - start
     trainer.train()
-    evaluator("end")
-    heldout = {label: {"summary": r.summary(), "result": r.to_dict()} for label, r in evaluator.results.items()}
+    end = HeldoutEvaluator(trainer, eval_options(settings, end_samples(settings)))  # pass@k up to the start's k
+    end("end")
+    by_format = {f: {label: {"summary": r.summary(), "result": r.to_dict()}
+                     for label, r in {**evaluator.by_format[f], **end.by_format[f]}.items()}
+                 for f in evaluator.formats}
+    heldout = by_format["training"]
     ase = [c for c in trainer.components if c.name == "ase"]
     banks = ase[0].bank_diagnostics if ase else None
     result = {"method": method, "label": METHODS[method][0], "seed": seed, "settings": settings,
-              "log_history": trainer.state.log_history, "heldout": heldout, "bank_diagnostics": banks,
+              "log_history": trainer.state.log_history, "heldout": heldout, "heldout_by_format": by_format,
+              "bank_diagnostics": banks,
               "build_seconds": build_seconds, "seconds": time.perf_counter() - start,
-              "load": os.getloadavg()}
+              "load": os.getloadavg(), "code": code_version()}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "result.json").write_text(json.dumps(result, indent=1, default=float))
 
@@ -201,19 +279,25 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(CORE) + list(CONTROLS), choices=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--preset", choices=list(PRESETS), default="ladder",
+                        help="the study: 'ladder' (8 steps, issue 23) or 'collapse' (30 steps where GRPO collapses)")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="default: the preset's folder")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of each run (default: torch's)")
     parser.add_argument("--workers", type=int, default=1,
                         help="runs at once (on a 2-core machine: 2 workers with --threads 1)")
     parser.add_argument("--report-only", action="store_true", help="aggregate and plot the finished runs only")
+    parser.add_argument("--commit", action="store_true",
+                        help="git-commit each run's result.json as soon as it ends (long studies)")
     parser.add_argument("--run-one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "JSON"),
                         help="override a shared setting, e.g. --set max_steps 12 (recorded in every result)")
     args = parser.parse_args(argv)
-    settings = dict(SETTINGS)
+    preset, default_out = PRESETS[args.preset]
+    settings = dict(preset)
+    args.out = args.out or default_out
     for key, value in args.set:
-        if key not in SETTINGS:
-            parser.error(f"unknown setting {key!r}; settings: {sorted(SETTINGS)}")
+        if key not in preset:
+            parser.error(f"unknown setting {key!r}; settings: {sorted(preset)}")
         settings[key] = json.loads(value)
     if args.threads:
         import torch
@@ -235,7 +319,8 @@ def main(argv=None) -> None:
                     break
                 method, seed = job
                 print(f"[dynamics] {method} seed {seed} ...", flush=True)
-                cmd = [sys.executable, __file__, "--run-one", method, str(seed), "--out", str(args.out)]
+                cmd = [sys.executable, __file__, "--run-one", method, str(seed), "--out", str(args.out),
+                       "--preset", args.preset]
                 cmd += [x for k, v in args.set for x in ("--set", k, v)]
                 cmd += ["--threads", str(args.threads)] if args.threads else []
                 log = run_dir(args.out, method, seed) / "log.txt"
@@ -250,6 +335,9 @@ def main(argv=None) -> None:
                 running.remove(entry)
                 print(f"[dynamics] {method} seed {seed}: exit {proc.returncode} after "
                       f"{time.perf_counter() - began:.0f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+                result = run_dir(args.out, method, seed) / "result.json"
+                if args.commit and proc.returncode == 0 and result.is_file():
+                    commit_result(result, f"{args.preset} study: {method} seed {seed} ({args.out.name})")
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from dynamics_report import report
 
