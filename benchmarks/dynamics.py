@@ -71,7 +71,7 @@ COLLAPSE = {
     "eval_split": "test",
     "eval_problems": 32,
     "eval_samples": 4,
-    "end_eval_samples": 16,
+    "end_eval_samples": 16,  # the training format's start and end; the neutral format keeps eval_samples
     "eval_batch_size": 64,
     "eval_neutral_format": True,
 }
@@ -140,8 +140,11 @@ def commit_result(path: pathlib.Path, message: str, tries: int = 30) -> bool:
     return False
 
 
-def end_samples(settings: dict) -> int:
-    """Samples per problem of the start and end evaluations."""
+def end_samples(settings: dict, prompt_format: str = "training") -> int:
+    """Samples per problem of the start and end evaluations in ``prompt_format`` (the neutral format keeps
+    ``eval_samples``: a second format at k = 16 would double the study's evaluation time)."""
+    if prompt_format != "training":
+        return settings["eval_samples"]
     return settings.get("end_eval_samples") or settings["eval_samples"]
 
 
@@ -176,9 +179,9 @@ def start_eval(out: pathlib.Path, settings: dict) -> dict:
         if saved["key"] == key:
             return saved
     model, tokenizer = load_policy("embedded")
-    o = eval_options(settings, end_samples(settings))
     by_format = {}
     for prompt_format in formats(settings):
+        o = eval_options(settings, end_samples(settings, prompt_format))
         result = evaluate_heldout(model, tokenizer, split=o.eval_split, levels=o.eval_levels,
                                   num_problems=o.eval_problems, num_samples=o.eval_samples,
                                   temperature=o.eval_temperature, max_new_tokens=o.eval_max_new_tokens,
@@ -258,11 +261,14 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     trainer.add_callback(heldout_callback(evaluator, [settings["mid_step"]]))
     build_seconds = time.perf_counter() - start
     trainer.train()
-    end = HeldoutEvaluator(trainer, eval_options(settings, end_samples(settings)))  # pass@k up to the start's k
-    end("end")
-    by_format = {f: {label: {"summary": r.summary(), "result": r.to_dict()}
-                     for label, r in {**evaluator.by_format[f], **end.by_format[f]}.items()}
-                 for f in evaluator.formats}
+    by_format = {f: {label: {"summary": r.summary(), "result": r.to_dict()} for label, r in results.items()}
+                 for f, results in evaluator.by_format.items()}
+    for prompt_format in evaluator.formats:  # the end: as many samples as the start (pass@k up to the same k)
+        end = HeldoutEvaluator(trainer, eval_options(settings, end_samples(settings, prompt_format)))
+        end.formats = (prompt_format,)
+        end("end")
+        result = end.by_format[prompt_format]["end"]
+        by_format[prompt_format]["end"] = {"summary": result.summary(), "result": result.to_dict()}
     heldout = by_format["training"]
     ase = [c for c in trainer.components if c.name == "ase"]
     banks = ase[0].bank_diagnostics if ase else None
