@@ -217,7 +217,8 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
              f"{settings['max_steps']}; start: the initial policy (every run).", "",
              "## Does GRPO collapse?", "",
              f"Online-token entropy (nats): step 1, the minimum (step), the mean of the last {LATE_STEPS} steps; "
-             f"collapsed: the late mean below max({COLLAPSE_FRACTION} x step 1, {COLLAPSE_FLOOR}).", ""]
+             f"collapsed: the late mean below max({COLLAPSE_FRACTION} x step 1, {COLLAPSE_FLOOR}). Held-out: k = the "
+             "end's and the start's (the initial policy's) samples per problem. Pooled: the mean over seeds.", ""]
     check = summary["collapse_check"]
     if not check:
         lines += ["No GRPO run.", ""]
@@ -277,7 +278,8 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
               "| seed | " + " | ".join(methods[m][0] for m in order) + f" | equal ({', '.join(SAME_SAMPLING)}) |",
               "|---|" + "---|" * (len(order) + 1)]
     for seed, entry in summary["step1"].items():
-        cells = [" / ".join(_num(entry["methods"][m][k], 4) for k in SAMPLING_KEYS) if m in entry["methods"]
+        cells = [" / ".join(_num(entry["methods"][m][k], 2 if "length" in k else 4) for k in SAMPLING_KEYS)
+                 if m in entry["methods"]
                  else "-" for m in order]
         lines.append(f"| {seed} | " + " | ".join(cells) + f" | {'yes' if entry['same'] else 'no'} |")
     return lines
