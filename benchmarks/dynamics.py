@@ -16,7 +16,9 @@ were chosen on ``validation``).
 Resumable: each (method, seed) run is a subprocess that writes ``<out>/runs/<method>/seed<k>/result.json`` when it
 ends; a run with that file is skipped. ``--report-only`` (also run after the last run) aggregates every finished run
 into ``<out>/summary.json``, ``<out>/dynamics.md`` (method x metric, mean and spread over seeds, intervals) and the
-plots ``<out>/*.png`` (:mod:`dynamics_report`).
+plots ``<out>/*.png`` (:mod:`dynamics_report`); with ``--preset collapse`` into ``<out>/summary.json``,
+``<out>/collapse.md`` and ``<out>/collapse_*.png`` (:mod:`collapse_report`: the collapse check of GRPO, both prompt
+formats, differences paired by seed).
 """
 
 from __future__ import annotations
@@ -345,7 +347,10 @@ def main(argv=None) -> None:
                 if args.commit and proc.returncode == 0 and result.is_file():
                     commit_result(result, f"{args.preset} study: {method} seed {seed} ({args.out.name})")
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    from dynamics_report import report
+    if args.preset == "collapse":
+        from collapse_report import report
+    else:
+        from dynamics_report import report
 
     report(args.out, METHODS)
 

@@ -89,12 +89,38 @@ def spread(values: list[float]) -> dict:
             "min": min(values), "max": max(values), "n": len(values), "values": values}
 
 
-def per_problem(run: dict, label: str = "end", what: str = "mean") -> np.ndarray:
-    """``[P]`` per-problem mean@k (``what="mean"``), pass@k (``"pass"``) or greedy (``"greedy"``) of one evaluation."""
+def heldout_entries(run: dict, prompt_format: str = "training") -> dict:
+    """``{label: {"summary", "result"}}`` of a run's held-out evaluations in ``prompt_format`` (runs before the
+    collapse study hold the training format only, under ``heldout``).
+
+    Raises:
+        KeyError: the run has no evaluation in that format.
+    """
+    by_format = run.get("heldout_by_format")
+    if by_format is None and prompt_format == "training":
+        return run["heldout"]
+    if not by_format or prompt_format not in by_format:
+        raise KeyError(f"{run['method']} seed {run['seed']}: no held-out evaluation in the {prompt_format!r} format")
+    return by_format[prompt_format]
+
+
+def start_summary(start: dict, prompt_format: str = "training") -> dict:
+    """The initial policy's held-out summary in ``prompt_format`` (``start_eval.json``)."""
+    return start["by_format"][prompt_format]["summary"] if "by_format" in start else start["summary"]
+
+
+def pass_curve(summary: dict) -> list[float]:
+    """pass@1 ... pass@k of a held-out summary, in increasing k."""
+    return [float(v) for _, v in sorted(summary["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
+
+
+def per_problem(run: dict, label: str = "end", what: str = "mean", prompt_format: str = "training") -> np.ndarray:
+    """``[P]`` per-problem mean@k (``what="mean"``), pass@k (``"pass"``) or greedy (``"greedy"``) of one evaluation
+    (``label`` in ``prompt_format``; ``k``: its samples per problem)."""
     from trl_explore.evaluation.heldout import HeldoutResult
     from trl_explore.evaluation.metrics import pass_at_k_per_problem
 
-    r = HeldoutResult.from_dict(run["heldout"][label]["result"])
+    r = HeldoutResult.from_dict(heldout_entries(run, prompt_format)[label]["result"])
     if what == "mean":
         return r.accuracy_per_problem()
     if what == "greedy":
@@ -253,10 +279,12 @@ def _step_figure(path, by_method, methods, order, panels, title):
     plt.close(fig)
 
 
-def _heldout_figure(path, by_method, methods, order, start):
+def _heldout_figure(path, by_method, methods, order, start, prompt_format="training", title=None):
+    """Held-out scores over the steps (start, middle, end) and the end's pass@k curve, in ``prompt_format``."""
     import matplotlib.pyplot as plt
 
     colors = _colors(list(methods))
+    start = start and start_summary(start, prompt_format)
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     keys = [("mean", "held-out mean@k (OGER Fig. 2b / ASE Fig. 4)"), ("greedy_accuracy", "held-out greedy accuracy"),
             ("distinct_answer_fraction", "held-out: problems whose k answers differ")]
@@ -264,8 +292,8 @@ def _heldout_figure(path, by_method, methods, order, start):
         for m in order:
             points = {}
             for r in by_method[m]:
-                seq = [(0, start["summary"][key])] if start else []
-                for label, entry in r["heldout"].items():
+                seq = [(0, start[key])] if start else []
+                for label, entry in heldout_entries(r, prompt_format).items():
                     step = r["settings"]["max_steps"] if label == "end" else int(label.split()[-1])
                     seq.append((step, entry["summary"][key]))
                 for s, v in seq:
@@ -281,19 +309,20 @@ def _heldout_figure(path, by_method, methods, order, start):
     axes[0].legend(fontsize=7)
     ax = axes[3]
     for m in order:
-        curves = [[float(v) for _, v in sorted(r["heldout"]["end"]["summary"]["pass_at_k"].items(),
-                                                key=lambda kv: int(kv[0]))] for r in by_method[m]]
+        curves = [pass_curve(heldout_entries(r, prompt_format)["end"]["summary"]) for r in by_method[m]]
         ks = np.arange(1, len(curves[0]) + 1)
         ax.plot(ks, np.mean(curves, 0), marker="o", color=colors[m], label=methods[m][0])
         ax.fill_between(ks, np.min(curves, 0), np.max(curves, 0), color=colors[m], alpha=0.15, lw=0)
     if start:
-        curve = [float(v) for _, v in sorted(start["summary"]["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
+        curve = pass_curve(start)
         ax.plot(np.arange(1, len(curve) + 1), curve, "k--", label="start")
     ax.set_title("held-out pass@k at the end (OGER Fig. 3 / ASE Fig. 3)", fontsize=10)
     ax.set_xlabel("k")
     ax.xaxis.get_major_locator().set_params(integer=True)  # k is a count of samples
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

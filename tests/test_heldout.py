@@ -187,6 +187,37 @@ def test_seed_problem_bootstrap_interval_on_hand_values():
         seed_problem_bootstrap_interval(np.zeros((2, 3)), np.zeros((2, 4)))
 
 
+def test_seed_paired_bootstrap_interval_on_hand_values():
+    from trl_explore.evaluation.metrics import seed_paired_bootstrap_interval, seed_problem_bootstrap_interval
+
+    # seeds differ a lot (0.1 ... 0.85) and both methods share that; the treated runs are 0.04-0.06 better everywhere
+    a = np.array([[0.1, 0.2], [0.5, 0.6], [0.8, 0.9]])
+    shift = np.array([[0.04, 0.06], [0.06, 0.04], [0.05, 0.05]])
+    diff, low, high = seed_paired_bootstrap_interval(a, a + shift, num_resamples=4000)
+    assert diff == pytest.approx(0.05)
+    # every draw averages entries of `shift`, so the interval lies within [0.04, 0.06]: it excludes 0
+    assert 0.04 <= low <= diff <= high <= 0.06 and low < high
+    # unpaired, the seed-to-seed spread (seed means 0.15, 0.55, 0.85) swamps the 0.05: the interval includes 0
+    unpaired = seed_problem_bootstrap_interval(a, a + shift, num_resamples=4000)
+    assert unpaired[0] == pytest.approx(0.05) and unpaired[1] < 0 < unpaired[2]
+    # a constant shift: every draw is the shift, a degenerate interval
+    assert seed_paired_bootstrap_interval(a, a + 0.25, num_resamples=100) == pytest.approx((0.25, 0.25, 0.25))
+    # per-run scalars [S]: a bootstrap over seeds only; differences 1, 2, 3 -> mean 2, draws within [1, 3]
+    diff, low, high = seed_paired_bootstrap_interval([5.0, 0.0, 9.0], [6.0, 2.0, 12.0], num_resamples=2000)
+    assert diff == pytest.approx(2.0) and 1.0 <= low < 2.0 < high <= 3.0
+    assert seed_paired_bootstrap_interval(a, a, num_resamples=50) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="same, non-empty shape"):
+        seed_paired_bootstrap_interval(np.zeros((2, 3)), np.zeros((3, 3)))  # different seeds: not paired
+    with pytest.raises(ValueError, match="same, non-empty shape"):
+        seed_paired_bootstrap_interval(np.zeros((0, 2)), np.zeros((0, 2)))
+    with pytest.raises(ValueError, match="finite"):
+        seed_paired_bootstrap_interval([0.0, np.nan], [0.0, 1.0])
+    with pytest.raises(ValueError, match="confidence"):
+        seed_paired_bootstrap_interval(a, a, confidence=1.0)
+    with pytest.raises(ValueError, match="num_resamples"):
+        seed_paired_bootstrap_interval(a, a, num_resamples=0)
+
+
 def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model, smollm2_tokenizer, tmp_path,
                                                                      monkeypatch):
     """HeldoutEvaluator on a trainer-like object: the first evaluation is stored under the cache folder, a second one

@@ -383,3 +383,51 @@ def seed_problem_bootstrap_interval(baseline, treated, num_resamples: int = 10_0
     tail = (1 - confidence) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
     return float(b.mean() - a.mean()), float(low), float(high)
+
+
+def seed_paired_bootstrap_interval(baseline, treated, num_resamples: int = 10_000, confidence: float = 0.95,
+                                   seed: int = 0) -> tuple[float, float, float]:
+    """The difference of two methods' mean scores with a bootstrap interval over training seeds AND problems, the
+    runs paired by seed.
+
+    ``baseline[s, p]`` and ``treated[s, p]`` are per-problem scores (e.g. mean@k) of each method's run with the SAME
+    training seed ``s`` (row ``s`` of both: runs of one seed share their prompts and first samples) on the same
+    problems ``p``. Each draw resamples the seeds once and the problems once, both shared by the two methods, and
+    takes the mean of ``treated - baseline`` over the drawn seeds and problems (percentile interval). Seed-to-seed
+    variation that both methods share cancels, which :func:`seed_problem_bootstrap_interval` (seeds drawn
+    independently per method) cannot exploit. With one problem column (or 1-D ``[S]`` per-run scalars, e.g. a mean
+    entropy) it is a bootstrap over seeds only. With 3 seeds the draws hold only 10 distinct seed multisets, so the
+    interval is coarse: read it with the per-seed values.
+
+    Args:
+        baseline, treated: ``[S, P]`` (or ``[S]``) scores of the same shape, ``S, P >= 1``, row ``s`` of both from
+            training seed ``s``.
+        num_resamples, confidence, seed: as :func:`paired_bootstrap_interval`.
+
+    Returns:
+        ``(mean difference treated - baseline, low, high)``.
+
+    Raises:
+        ValueError: different shapes (different seeds or problems), empty or non-finite scores, ``confidence``
+            outside (0, 1), ``num_resamples < 1``.
+    """
+    a = np.asarray(baseline, dtype=np.float64)
+    b = np.asarray(treated, dtype=np.float64)
+    if a.shape != b.shape or a.ndim not in (1, 2) or a.size == 0:
+        raise ValueError(f"need [seeds, problems] (or [seeds]) scores of the same, non-empty shape, paired by seed; "
+                         f"got shapes {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("scores must be finite")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_int(num_resamples, "num_resamples", 1)
+    diff = (b - a).reshape(a.shape[0], -1)
+    num_seeds, num_problems = diff.shape
+    rng = np.random.default_rng(seed)
+    # a draw with replacement, as counts: how often each seed (each problem) was drawn
+    seeds = rng.multinomial(num_seeds, np.full(num_seeds, 1 / num_seeds), size=num_resamples)
+    problems = rng.multinomial(num_problems, np.full(num_problems, 1 / num_problems), size=num_resamples)
+    draws = np.einsum("rs,sp,rp->r", seeds, diff, problems) / (num_seeds * num_problems)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return float(diff.mean()), float(low), float(high)
