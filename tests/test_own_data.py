@@ -4,6 +4,7 @@ training script and examples/evaluate.py end to end on a tiny model."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -77,6 +78,115 @@ def test_the_three_sources_of_held_out_problems(tmp_path):
     args.eval_fraction, args.eval_dataset_name, args.eval_dataset_split = 0.0, None, "train"
     with pytest.raises(ValueError, match="eval_dataset_split='train' is the training split"):
         training_and_eval_data(args, train)
+
+
+# ---------------------------------------------------------------- columns and golds refused when the data is loaded
+def _save(tmp_path, rows, name="mine"):
+    folder = tmp_path / name
+    Dataset.from_list(rows).save_to_disk(str(folder))
+    return str(folder)
+
+
+@pytest.mark.parametrize("offline, required", [(True, "prompt, answer, offline_completions"),
+                                               (False, "prompt, answer")])
+def test_a_data_set_without_answer_is_refused_when_loaded_naming_its_columns(tmp_path, offline, required):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = [{"prompt": f"What is {i} + 1?", "solution": str(i + 1), "offline_completions": [f"\\boxed{{{i + 1}}}"]}
+            for i in range(4)]
+    folder = _save(tmp_path, rows)
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=folder), 64, offline=offline)
+    message = str(err.value)
+    assert message.startswith(f"dataset {folder!r} has no column 'answer' ('answer': each problem's gold answer")
+    assert "its columns: ['prompt', 'solution', 'offline_completions']" in message
+    assert f"required: {required}." in message
+    assert "rename_columns({'solution': 'answer'})" in message  # the real fix: the scripts have no rename option
+    assert "answer_column" not in message and "\n" not in message
+
+
+def test_a_data_set_without_prompt_names_the_column_to_rename(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    folder = _save(tmp_path, [{"question": "What is 1 + 1?", "answer": "2"}])
+    with pytest.raises(ValueError, match=r"has no column 'prompt' \('prompt': the problem the policy is asked\); its "
+                                         r"columns: \['question', 'answer'\]; required: prompt, answer\. .*"
+                                         r"rename_columns\(\{'question': 'prompt'\}\)"):
+        load_training_data(DataArguments(dataset_name=folder), 64, offline=False)
+
+
+def test_an_empty_gold_is_refused_by_training_and_by_evaluate_naming_the_row(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(4)
+    rows[2]["answer"] = "  "
+    folder = _save(tmp_path, [{**r, "offline_completions": ["x"]} for r in rows])
+    for offline in (True, False):
+        with pytest.raises(ValueError, match=re.escape(f"dataset {folder!r}, row 2 (id 'p2'): the 'answer' field is "
+                                                       f"empty")):
+            load_training_data(DataArguments(dataset_name=folder), 64, offline=offline)
+    with pytest.raises(ValueError, match=re.escape("evaluation data, row 2 (id 'p2'): the 'answer' field is empty")):
+        own_rows(load_split(folder, "train"))
+    no_answer = _save(tmp_path, [{"prompt": "What is 1 + 1?", "offline_completions": ["2"]}], "sft")
+    kept = load_training_data(DataArguments(dataset_name=no_answer), 64, offline=True, require_answer=False)
+    assert len(kept) == 1  # the SFT baseline grades nothing while training: no gold needed
+
+
+def test_a_trainer_is_not_built_on_data_without_its_gold_column():
+    from trl_explore import MathVerifyReward, OGERRewardFunction
+    from trl_explore.rewards.checks import check_gold_columns
+
+    reward = MathVerifyReward()
+    data = Dataset.from_list([{"prompt": "What is 1 + 1?", "solution": "2"}])
+    with pytest.raises(ValueError, match=re.escape(
+            "train_dataset has no 'answer' column, where the reward 'math_reward' reads each row's gold answer (its "
+            "columns: ['prompt', 'solution']); rename the column that holds the gold answers, e.g. "
+            "dataset.rename_column('solution', 'answer'), or pass MathVerifyReward(answer_column='solution') in "
+            "reward_funcs")):
+        check_gold_columns({"train_dataset": data, "eval_dataset": None}, [reward])
+    with pytest.raises(ValueError, match=r"eval_dataset\['own'\] has no 'gold' column"):  # through R_OGER's verifier
+        check_gold_columns({"eval_dataset": {"own": data}}, [OGERRewardFunction(verifier=MathVerifyReward(
+            answer_column="gold"))])
+    check_gold_columns({"train_dataset": data}, [MathVerifyReward(answer_column="solution")])  # its own name: fine
+    check_gold_columns({"train_dataset": data}, [lambda completions, **kw: [0.0] * len(completions)])  # reads none
+    blank = Dataset.from_list([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""}])
+    with pytest.raises(ValueError, match=re.escape("train_dataset, row 1: the 'answer' field is empty")):
+        check_gold_columns({"train_dataset": blank}, [reward])
+
+
+def test_the_first_step_message_lists_the_data_sets_columns_only():
+    from trl_explore import MathVerifyReward
+
+    class Trainer:  # what TRL 1.16 passes: the trainer's bound _log_metric, and the trainer's added kwargs
+        added_reward_kwargs = frozenset({"trainer_state", "log_extra", "log_metric", "row_owner", "oger_divergence"})
+
+        def _log_metric(self, *args):
+            pass
+
+    kwargs = {"problem_id": ["p0"], "solution": ["2"], "row_owner": [None], "oger_divergence": [0.1],
+              "trainer_state": object(), "log_extra": print, "log_metric": Trainer()._log_metric}
+    with pytest.raises(ValueError) as err:
+        MathVerifyReward()(prompts=["1 + 1?"], completions=["\\boxed{2}"], **kwargs)
+    assert str(err.value) == (
+        "MathVerifyReward reads each row's gold answer from the column 'answer', which the data set does not have; "
+        "its columns: ['problem_id', 'solution']. Rename the column that holds the gold answers "
+        "(dataset.rename_column('solution', 'answer')), or pass MathVerifyReward(answer_column='solution') in "
+        "reward_funcs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_ase_grpo.py", "train_exgrpo.py"])
+def test_the_scripts_refuse_a_data_set_without_answer_in_one_line(tmp_path, script):
+    folder = _save(tmp_path, [{"prompt": "What is 1 + 1?", "gold": "2"}] * 4)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), "--dataset_name", folder, "--output_dir",
+         str(tmp_path / "out"), "--max_steps", "1"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRL_EXPLORE_TINY_POLICY": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    tag = script.removesuffix(".py")
+    line = [x for x in result.stderr.splitlines() if x.startswith(f"[{tag}] error:")]
+    assert len(line) == 1 and "has no column 'answer'" in line[0] and "its columns: ['prompt', 'gold']" in line[0]
+    assert "rename_columns({'gold': 'answer'})" in line[0]
 
 
 @pytest.mark.slow

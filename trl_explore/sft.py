@@ -154,7 +154,7 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     rows = load_training_data(script_args, training_args.max_completion_length, offline=True,
                               tokenizer=tokenizer if script_args.max_prompt_tokens is not None else None,
-                              offline_column=training_args.offline_completions_column)
+                              offline_column=training_args.offline_completions_column, require_answer=False)
     dataset = teacher_sft_dataset(rows, training_args.offline_completions_column, training_args.teachers_per_prompt)
     trainer = SFTTrainer(model_path, args=training_args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=get_peft_config(model_args))
