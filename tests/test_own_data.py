@@ -37,9 +37,20 @@ def test_hold_out_takes_a_share_of_problems_whatever_the_row_order():
     assert len(hold_out(Dataset.from_list(_rows(2)), 0.99)[0]) == 1  # at least one left to train on
 
 
-def test_hold_out_refuses_a_bad_fraction():
-    with pytest.raises(ValueError, match=r"eval_fraction must be in \(0, 1\), got 1.5"):
-        hold_out(Dataset.from_list(_rows(4)), 1.5)
+def test_hold_out_refuses_a_bad_fraction_and_zero_holds_out_nothing():
+    for bad in (1.5, 1.0, -0.1):
+        with pytest.raises(ValueError, match=re.escape(f"eval_fraction must be at least 0 and below 1 (the share of "
+                                                       f"the training problems held out; 0: no held-out split), got "
+                                                       f"{bad}")):
+            hold_out(Dataset.from_list(_rows(4)), bad)
+    kept, held = hold_out(Dataset.from_list(_rows(4)), 0.0)
+    assert (len(kept), len(held)) == (4, 0)
+    args = SimpleNamespace(dataset_name="x", dataset_train_split="train", eval_fraction=0.0, eval_dataset_name=None,
+                           eval_dataset_split=None)
+    assert training_and_eval_data(args, Dataset.from_list(_rows(4)))[1] is None  # 0, the default: no split
+    args.eval_fraction = -0.5
+    with pytest.raises(ValueError, match="eval_fraction must be at least 0 and below 1"):
+        training_and_eval_data(args, Dataset.from_list(_rows(4)))
 
 
 def test_own_rows_keep_the_training_prompt_and_name_a_bad_row():

@@ -48,9 +48,10 @@ class DataArguments(PassRateFilterArguments):
     )
     eval_fraction: float = field(
         default=0.0,
-        metadata={"help": "Hold out this share of the training problems (chosen by a seeded hash of problem_id, "
-                  "taken out of training) as your own evaluation set, for --eval_strategy steps and --eval_heldout "
-                  "(0: none)."},
+        metadata={"help": "Hold out this share of the training problems (at least 0, below 1; 0: no held-out split; "
+                  "chosen by a seeded hash of problem_id, taken out of training) as your own evaluation set, for "
+                  "--eval_strategy steps and --eval_heldout; saved as <output_dir>/heldout_problems.jsonl for "
+                  "examples/evaluate.py --dataset_name."},
     )
     eval_dataset_split: str | None = field(
         default=None,

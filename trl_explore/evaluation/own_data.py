@@ -93,16 +93,28 @@ def load_own_rows(path, split: str = "test") -> list[dict]:
     return own_rows(load_split(str(path), split))
 
 
+def check_eval_fraction(fraction: float) -> float:
+    """``fraction``, checked: a share of the training problems to hold out, at least 0 (none) and below 1.
+
+    Raises:
+        ValueError: naming the option, the range and what 0 means."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"eval_fraction must be at least 0 and below 1 (the share of the training problems held "
+                         f"out; 0: no held-out split), got {fraction}")
+    return fraction
+
+
 def hold_out(dataset, fraction: float, seed: int = 0):
     """Split ``dataset`` into (training rows, held-out rows): ``round(fraction * n)`` problems (at least 1) are held
     out, those whose ``sha1(f"{seed}:{problem_id}")`` is smallest, so the choice does not depend on the row order;
-    both parts keep the original order.
+    both parts keep the original order. ``fraction`` 0 holds out nothing (an empty held-out part).
 
     Raises:
-        ValueError: ``fraction`` not in (0, 1), or fewer than 2 rows (nothing would be left to train on).
+        ValueError: ``fraction`` not in [0, 1) (:func:`check_eval_fraction`), or, above 0, fewer than 2 rows (nothing
+            would be left to train on).
     """
-    if not 0 < fraction < 1:
-        raise ValueError(f"eval_fraction must be in (0, 1), got {fraction}")
+    if check_eval_fraction(fraction) == 0:
+        return dataset, dataset.select([])
     n = len(dataset)
     if n < 2:
         raise ValueError(f"eval_fraction={fraction} needs at least 2 training problems, got {n}")
@@ -121,7 +133,7 @@ def training_and_eval_data(data_args, train_dataset, seed: int = 0):
     """
     from trl_explore.data.loading import load_split
 
-    fraction = getattr(data_args, "eval_fraction", 0.0) or 0.0
+    fraction = check_eval_fraction(getattr(data_args, "eval_fraction", 0.0) or 0.0)
     name, split = getattr(data_args, "eval_dataset_name", None), getattr(data_args, "eval_dataset_split", None)
     if fraction and (name or split):
         raise ValueError("give one source of held-out problems: eval_fraction (a share of the training set), or "
