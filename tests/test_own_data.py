@@ -72,6 +72,18 @@ def test_a_file_in_the_training_format_is_a_data_set_and_a_benchmark(tmp_path):
     assert bench["problem_id"] == ["p0", "p1"] and bench[1]["prompt"] == _rows(2)[1]["prompt"]
 
 
+def test_the_held_out_problems_are_saved_in_the_format_evaluate_reads(tmp_path):
+    from trl_explore.evaluation.own_data import save_heldout_problems
+
+    rows = [{**r, "answer": int(r["answer"]), "offline_completions": ["x"]} for r in _rows(3)]  # a number gold
+    path = save_heldout_problems(Dataset.from_list(rows), tmp_path / "run")
+    assert path == tmp_path / "run" / "heldout_problems.jsonl"
+    assert json.loads(path.read_text().splitlines()[1]) == {"prompt": _rows(3)[1]["prompt"], "answer": "2",
+                                                             "problem_id": "p1"}
+    back = load_benchmark("own", str(path))
+    assert back["problem_id"] == ["p0", "p1", "p2"] and back["answer"] == ["0", "2", "4"]
+
+
 def test_the_three_sources_of_held_out_problems(tmp_path):
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in _rows(3)) + "\n")
@@ -222,7 +234,12 @@ def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, s
     trainer = run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t",
                            argv=argv)
     printed = capsys.readouterr().out
-    assert "[t] your own evaluation set: 2 held-out problems (6 to train on)" in printed
+    saved_to = out / "heldout_problems.jsonl"
+    assert (f"[t] your own evaluation set: 2 held-out problems (6 to train on), saved to {saved_to} (evaluate a "
+            f"checkpoint on them: python examples/evaluate.py --model_name_or_path {out} --dataset_name {saved_to})"
+            in printed)
+    assert printed.count("your own evaluation set") == 1
+    assert load_benchmark("own", str(saved_to))["problem_id"] == trainer.eval_dataset["problem_id"]
     assert "your own held-out problems, their own prompts: 2 problems, k = 2 samples" in printed
     assert len(trainer.train_dataset) == 6 and len(trainer.eval_dataset) == 2
     assert not set(trainer.train_dataset["problem_id"]) & set(trainer.eval_dataset["problem_id"])

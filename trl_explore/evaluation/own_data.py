@@ -12,13 +12,15 @@ prompt). Its held-out problems come from one of (``DataArguments``):
 
 They are evaluated with their own prompt, the training one: by TRL's evaluation loop (``--eval_strategy steps``,
 ``eval_reward`` in the plots), by the before/after table of ``--eval_heldout`` and by ``examples/evaluate.py
---dataset_name PATH`` (the ``own`` benchmark: :func:`load_own_rows`).
+--dataset_name PATH`` (the ``own`` benchmark: :func:`load_own_rows`). The training scripts save them as
+``<output_dir>/heldout_problems.jsonl`` (:func:`save_heldout_problems`), a ``PATH`` for the last.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 
 from trl_explore.rewards.benchmark_grading import answer_text
 
@@ -102,6 +104,25 @@ def check_eval_fraction(fraction: float) -> float:
         raise ValueError(f"eval_fraction must be at least 0 and below 1 (the share of the training problems held "
                          f"out; 0: no held-out split), got {fraction}")
     return fraction
+
+
+HELDOUT_PROBLEMS_FILE = "heldout_problems.jsonl"
+"""The file, in a run's ``output_dir``, holding the held-out problems the run evaluated on (training format)."""
+
+
+def save_heldout_problems(dataset, output_dir) -> pathlib.Path:
+    """Write held-out rows (training format: ``prompt``, ``answer``, ``problem_id``) as JSON lines to
+    ``output_dir/heldout_problems.jsonl``, the file ``examples/evaluate.py --dataset_name`` reads back
+    (:func:`load_own_rows`), so a checkpoint is evaluated later on the same problems. A number gold is written as
+    text. Returns the path."""
+    path = pathlib.Path(output_dir) / HELDOUT_PROBLEMS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in dataset.select_columns(["prompt", "answer", "problem_id"]):
+            answer = str(row["answer"]) if isinstance(row["answer"], (int, float)) else row["answer"]
+            handle.write(json.dumps({"prompt": row["prompt"], "answer": answer, "problem_id": str(row["problem_id"])},
+                                    ensure_ascii=False) + "\n")
+    return path
 
 
 def hold_out(dataset, fraction: float, seed: int = 0):
