@@ -213,6 +213,22 @@ def test_the_scripts_refuse_a_data_set_without_answer_in_one_line(tmp_path, scri
 
 
 @pytest.mark.slow
+def test_evaluate_py_refuses_an_empty_gold_before_loading_the_model(tmp_path):
+    rows = _rows(3)
+    rows[1]["answer"] = ""
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "evaluate.py"), "--model_name_or_path", str(tmp_path / "no-model"),
+         "--dataset_name", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "[evaluate] error: evaluation data, row 1 (id 'p1'): the 'answer' field is empty (--debug or "
+        "TRL_EXPLORE_DEBUG=1 shows the traceback)")
+
+
+@pytest.mark.slow
 def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, smollm2_tokenizer, capsys,
                                                        monkeypatch):
     """run_training on a tiny model with --eval_fraction: the problems held out are not trained on, TRL's evaluation
