@@ -60,6 +60,8 @@ def test_own_rows_keep_the_training_prompt_and_name_a_bad_row():
     assert len(rows[0]["problem_id"]) == 16  # a hash of the prompt
     with pytest.raises(ValueError, match=r"the evaluation data has no column \['answer'\]; its columns: \['prompt'\]"):
         own_rows(Dataset.from_list([{"prompt": "x"}]))
+    with pytest.raises(ValueError, match=re.escape("rename_columns({'question': 'prompt', 'solution': 'answer'})")):
+        own_rows(Dataset.from_list([{"question": "x", "solution": "1"}]))
     with pytest.raises(ValueError, match="rows 0 and 1 share the problem id 'p0'"):
         own_rows(Dataset.from_list([_rows(1)[0], _rows(1)[0]]))
 

@@ -77,8 +77,6 @@ def _prompt_key(prompt) -> str:
 COLUMN_PURPOSES = {"prompt": "the problem the policy is asked", "answer": "each problem's gold answer, which the "
                    "reward grades against"}
 """What the scripts read from each column they require (for the error that names a missing one)."""
-PROMPT_COLUMN_GUESSES = ("question", "problem", "query", "input", "instruction", "messages")
-"""Column names that often hold a data set's problems: the rename the error suggests, when one is there."""
 
 
 def check_script_columns(dataset, dataset_name: str, required) -> None:
@@ -94,15 +92,14 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
         ValueError: one line naming the missing column(s), the data set's columns, the columns required and the fix
             (rename with ``datasets``, then save); or the row index and the field of an empty gold.
     """
-    from trl_explore.rewards.checks import GOLD_COLUMN_GUESSES, empty_value_index, rename_example
+    from trl_explore.rewards.checks import empty_value_index, rename_example
 
     columns = dataset.column_names
     if columns is None:
         return
     missing = [c for c in required if c in COLUMN_PURPOSES and c not in columns]
     if missing:
-        renames = {c: rename_example(columns, c, PROMPT_COLUMN_GUESSES if c == "prompt" else GOLD_COLUMN_GUESSES)
-                   for c in missing}
+        renames = {c: rename_example(columns, c) for c in missing}
         what = "; ".join(f"{c!r}: {COLUMN_PURPOSES[c]}" for c in missing)
         example = ", ".join(f"{old}: {new!r}" for new, old in renames.items())
         raise ValueError(

@@ -54,8 +54,12 @@ def training_format(dataset):
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
     missing = [c for c in ("prompt", "answer") if c not in dataset.column_names]
     if missing:
+        from trl_explore.rewards.checks import rename_example
+
+        renames = ", ".join(f"{rename_example(columns, c)}: {c!r}" for c in missing)
         raise ValueError(f"the evaluation data has no column {missing}; its columns: {columns} (the training format: "
-                         f"prompt, answer, optional problem_id; docs/own-data.md)")
+                         f"prompt, answer, optional problem_id; rename yours with datasets, e.g. "
+                         f"rename_columns({{{renames}}}); docs/own-data.md)")
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _problem_key(row["prompt"])})
     return dataset

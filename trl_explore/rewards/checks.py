@@ -96,11 +96,15 @@ def check_column_clash(datasets: dict, components) -> None:
 GOLD_COLUMN_GUESSES = ("solution", "gold", "gold_answer", "ground_truth", "final_answer", "target", "label",
                       "answers", "output", "response")
 """Column names that often hold a data set's gold answers: the rename a message suggests, when one is there."""
+PROMPT_COLUMN_GUESSES = ("question", "problem", "query", "input", "instruction", "messages")
+"""Column names that often hold a data set's problems."""
 
 
-def rename_example(columns, wanted: str, guesses=GOLD_COLUMN_GUESSES) -> str:
-    """``"'solution'"``: the column of ``columns`` a message suggests renaming to ``wanted`` (the first of
-    ``guesses`` there), else ``"'<your column>'"``."""
+def rename_example(columns, wanted: str) -> str:
+    """``"'solution'"``: the column of ``columns`` a message suggests renaming to ``wanted`` (the first there of
+    :data:`PROMPT_COLUMN_GUESSES` for ``"prompt"``, else of :data:`GOLD_COLUMN_GUESSES`), else
+    ``"'<your column>'"``."""
+    guesses = PROMPT_COLUMN_GUESSES if wanted == "prompt" else GOLD_COLUMN_GUESSES
     found = [c for c in guesses if c in set(columns) and c != wanted]
     return repr(found[0]) if found else "'<your column>'"
 
