@@ -257,6 +257,7 @@ def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, s
             f"checkpoint on them: python examples/evaluate.py --model_name_or_path {out} --dataset_name {saved_to})"
             in printed)
     assert printed.count("your own evaluation set") == 1
+    assert printed.count("[t] held-out evaluation before training (") == 1  # the before table, once
     assert load_benchmark("own", str(saved_to))["problem_id"] == trainer.eval_dataset["problem_id"]
     assert "your own held-out problems, their own prompts: 2 problems, k = 2 samples" in printed
     assert len(trainer.train_dataset) == 6 and len(trainer.eval_dataset) == 2
