@@ -405,7 +405,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
             before = evaluator("before")
             if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
                 tables = "\n".join(evaluator.before_tables())
-                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
+                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
+                      flush=True)
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)

@@ -178,7 +178,8 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
             before = evaluator("before")
             if before is not None:  # a table per prompt format (as the training scripts print it)
                 tables = "\n".join(evaluator.before_tables())
-                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
+                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
+                      flush=True)
     resume = training_args.resume_from_checkpoint
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)

@@ -130,7 +130,7 @@ class HeldoutEvaluator:
         """How long the ``label`` evaluations took over every format (or that the cache answered), for the log."""
         done = [results[label] for results in self.by_format.values() if label in results]
         if all(result.cached for result in done):
-            return "read back from the cache (eval_cache)"
+            return "read back from the cache, eval_cache"
         return f"{sum(result.seconds for result in done if not result.cached):.0f} s"
 
     def before_tables(self, label: str = "before") -> list[str]:
