@@ -179,6 +179,20 @@ def test_a_trainer_is_not_built_on_data_without_its_gold_column():
         check_gold_columns({"train_dataset": blank}, [reward])
 
 
+@pytest.mark.parametrize("method", ["ase", "exgrpo"])
+def test_the_trainers_refuse_a_raw_dataset_without_answer_when_built(tmp_path, smollm2_tokenizer, method):
+    from trl_explore import ASEConfig, ASEGRPOTrainer, ExGRPOConfig, ExGRPOTrainer
+    from trl_explore.testing import make_tiny_causal_lm, tiny_training_args
+
+    trainer_cls, config_cls = {"ase": (ASEGRPOTrainer, ASEConfig), "exgrpo": (ExGRPOTrainer, ExGRPOConfig)}[method]
+    data = Dataset.from_list([{"prompt": f"What is {i} + 1?", "solution": str(i + 1)} for i in range(4)])
+    with pytest.raises(ValueError, match=re.escape("train_dataset has no 'answer' column, where the reward "
+                                                   "'math_reward' reads each row's gold answer (its columns: "
+                                                   "['prompt', 'solution'])")):
+        trainer_cls(make_tiny_causal_lm(smollm2_tokenizer), args=config_cls(**tiny_training_args(tmp_path)),
+                    train_dataset=data, processing_class=smollm2_tokenizer)
+
+
 def test_the_first_step_message_lists_the_data_sets_columns_only():
     from trl_explore import MathVerifyReward
 
