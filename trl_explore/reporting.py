@@ -110,9 +110,9 @@ def compact_log_line(logs: Mapping, step: int, max_steps: int, method_keys: Sequ
 
 def nesting_garbles(training_bar) -> bool:
     """Whether a second tqdm bar opened while ``training_bar`` is open would leave cursor-up codes (``ESC[A``) in the
-    output: the bar is open and writes to a stream that is not a terminal (a log file, a pipe). In a terminal the
-    two bars nest cleanly."""
-    if training_bar is None:
+    output: the bar is open and writes to a stream that is not a terminal (a log file, a pipe). In a terminal, or as
+    notebook widgets, the two bars nest cleanly."""
+    if training_bar is None or type(training_bar).__module__.startswith("tqdm.notebook"):  # widgets: no codes
         return False
     stream = getattr(training_bar, "fp", None)
     try:
