@@ -113,6 +113,8 @@ def test_table_shows_before_after_and_the_interval():
     assert "greedy accuracy" in text and "pairwise answer disagreement" in text
     alone = heldout_table(before)
     assert len(alone) == len(lines) and "+" not in alone[2]
+    assert alone[1].split() == ["before"] and alone[2].split() == ["mean@2", "(sampled", "accuracy)", "0.250"]
+    assert all(line == line.rstrip() for line in alone)  # the table before training: no empty after/change columns
     assert lines[0].startswith("held-out ladder test split, training format (chat, one worked example): 2 problems")
     neutral = [_result([[0, 1], [0, 1]], [["1", "2"], ["1", "1"]], prompt_format=p) for p in ("neutral",) * 2]
     assert "neutral format (no worked example, rephrased):" in heldout_table(*neutral)[0]

@@ -339,7 +339,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.evaluation.heldout import save_heldout
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
-    from trl_explore.evaluation.own_data import training_and_eval_data
+    from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.readiness import NothingLearnedWatch, check_readiness
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
@@ -376,9 +376,11 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
                               eval_dataset=own_eval if training_args.eval_strategy != "no" else None,
                               peft_config=get_peft_config(model_args))
-        if own_eval is not None and trainer.accelerator.is_main_process:
-            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on)",
-                  flush=True)
+        if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
+            path = save_heldout_problems(own_eval, training_args.output_dir)
+            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on), "
+                  f"saved to {path} (evaluate a checkpoint on them: python examples/evaluate.py --model_name_or_path "
+                  f"{training_args.output_dir} --dataset_name {path})", flush=True)
         use_compact_logs(trainer)
         if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
             print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
@@ -403,7 +405,8 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
             before = evaluator("before")
             if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
                 tables = "\n".join(evaluator.before_tables())
-                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
+                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
+                      flush=True)
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)

@@ -117,7 +117,10 @@ def teacher_sft_dataset(dataset, offline_column: str = "offline_completions", te
 
 
 def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
-    """Parse, load the data, train ``SFTTrainer`` on the teacher solutions, evaluate before and after, save.
+    """Parse, load the data, train ``SFTTrainer`` on the teacher solutions, evaluate before and after, save. Your own
+    held-out problems come as in the RL scripts (``eval_fraction``, ``eval_dataset_split``, ``eval_dataset_name``:
+    :mod:`trl_explore.evaluation.own_data`); user errors before training are one line (``trl_explore.cli.user_errors``;
+    ``--debug`` shows the traceback).
 
     Args:
         recipe: the YAML used when no ``--config`` is given.
@@ -127,44 +130,56 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     Returns:
         The trained ``SFTTrainer`` (its process group already ended).
     """
+    import sys
     import time
 
     from transformers import AutoTokenizer
     from trl import ModelConfig, SFTTrainer, get_peft_config
 
-    from trl_explore.cli import model_init_kwargs, parse_args
+    from trl_explore.cli import model_init_kwargs, parse_args, take_debug_flag, user_errors
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.defaults import resolve_model_path
     from trl_explore.evaluation.heldout import HeldoutEvalArguments, save_heldout
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
+    from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.reporting import filter_known_warnings, finish_run
 
     filter_known_warnings()
-    script_args, eval_args, training_args, model_args = parse_args(
-        (DataArguments, HeldoutEvalArguments, SFTBaselineConfig, ModelConfig), recipe, argv,
-        sections=(DataArguments, HeldoutEvalArguments))
-    check_hub_access(training_args)
-    if training_args.gold_normalizer == "none":
-        training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
-    start = time.perf_counter()
-    training_args.model_init_kwargs = model_init_kwargs(model_args)
-    model_path = resolve_model_path(model_args.model_name_or_path or "embedded")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    rows = load_training_data(script_args, training_args.max_completion_length, offline=True,
-                              tokenizer=tokenizer if script_args.max_prompt_tokens is not None else None,
-                              offline_column=training_args.offline_completions_column)
-    dataset = teacher_sft_dataset(rows, training_args.offline_completions_column, training_args.teachers_per_prompt)
-    trainer = SFTTrainer(model_path, args=training_args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=get_peft_config(model_args))
-    evaluator = None
-    if eval_args.eval_heldout:
-        evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None))
-        before = evaluator("before")
-        if before is not None:  # a table per prompt format (as the training scripts print it)
-            tables = "\n".join(evaluator.before_tables())
-            print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}")
+    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
+    with user_errors(tag, debug):  # before training: a bad option or data set is one line, as in the RL scripts
+        script_args, eval_args, training_args, model_args = parse_args(
+            (DataArguments, HeldoutEvalArguments, SFTBaselineConfig, ModelConfig), recipe, argv,
+            sections=(DataArguments, HeldoutEvalArguments))
+        check_hub_access(training_args)
+        if training_args.gold_normalizer == "none":
+            training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
+        start = time.perf_counter()
+        training_args.model_init_kwargs = model_init_kwargs(model_args)
+        model_path = resolve_model_path(model_args.model_name_or_path or "embedded")
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        rows = load_training_data(script_args, training_args.max_completion_length, offline=True,
+                                  tokenizer=tokenizer if script_args.max_prompt_tokens is not None else None,
+                                  offline_column=training_args.offline_completions_column, require_answer=False)
+        rows, own_eval = training_and_eval_data(script_args, rows, seed=training_args.seed)  # your held-out problems
+        dataset = teacher_sft_dataset(rows, training_args.offline_completions_column,
+                                      training_args.teachers_per_prompt)
+        trainer = SFTTrainer(model_path, args=training_args, train_dataset=dataset, processing_class=tokenizer,
+                             peft_config=get_peft_config(model_args))
+        if own_eval is not None and trainer.accelerator.is_main_process:  # as the RL scripts: saved for evaluate.py
+            path = save_heldout_problems(own_eval, training_args.output_dir)
+            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(rows)} to train on), "
+                  f"saved to {path}", flush=True)
+        evaluator = None
+        if eval_args.eval_heldout:
+            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
+                                         problems=own_eval)
+            before = evaluator("before")
+            if before is not None:  # a table per prompt format (as the training scripts print it)
+                tables = "\n".join(evaluator.before_tables())
+                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
+                      flush=True)
     resume = training_args.resume_from_checkpoint
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)

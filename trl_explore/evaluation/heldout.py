@@ -383,8 +383,8 @@ def _change(entry) -> str:
 def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
                   comparison: dict | None = None) -> list[str]:
     """A short before/after table (lines of text): mean@k, pass@k, greedy accuracy, the two diversity measures and
-    the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one. The first
-    line names the split, the prompt format and the sampling.
+    the completion length, with the change and its 95% interval where :func:`compare_heldout` gives one; without
+    ``after``, the "before" column alone. The first line names the split, the prompt format and the sampling.
 
     Raises:
         ValueError: ``before`` and ``after`` were asked in different prompt formats."""
@@ -408,7 +408,8 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         ("mean completion tokens", lambda r: r.mean_num_tokens, None),
     ]
     width = max(len(name) for name, _, _ in rows)
-    lines = [head, f"{'':<{width}}  {'before':>7}  {'after':>7}  change [95% paired bootstrap interval]"]
+    columns = "" if after is None else f"  {'after':>7}  change [95% paired bootstrap interval]"  # alone: before
+    lines = [head, f"{'':<{width}}  {'before':>7}{columns}"]
     for name, read, key in rows:
         if name == "greedy accuracy" and before.greedy_correct is None:
             continue
@@ -417,9 +418,10 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         change = _change(comparison[key]) if comparison and key in comparison else (
             f"{b - a:+.3f}" if a is not None and b is not None else "")
         if name == "mean completion tokens":
-            lines.append(f"{name:<{width}}  {a:>7.1f}  {'' if b is None else f'{b:.1f}':>7}  {change}")
+            line = f"{name:<{width}}  {a:>7.1f}  {'' if b is None else f'{b:.1f}':>7}  {change}"
         else:
-            lines.append(f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}")
+            line = f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}"
+        lines.append(line.rstrip())
     return lines
 
 

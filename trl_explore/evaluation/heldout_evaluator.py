@@ -115,10 +115,14 @@ class HeldoutEvaluator:
         autocast = generation_autocast(t.args, t.accelerator.device)
         precision = {"precision": "cpu-bfloat16"} if cpu_bf16_active(t.args, t.accelerator.device) else {}
 
+        from trl_explore.reporting import nesting_garbles, open_training_bar
+
+        bars = not nesting_garbles(open_training_bar(t))  # minutes on a CPU; none nested in a log during training
+
         def evaluate():
             with autocast:
                 return evaluate_heldout(model, t.processing_class, **settings, problems=rows if own else None,
-                                        show_progress=True)  # bars: minutes on a CPU
+                                        show_progress=bars)
 
         return cached_evaluation(model, {**settings, "problems": problems, **precision}, evaluate, cache=o.eval_cache)
 
@@ -126,7 +130,7 @@ class HeldoutEvaluator:
         """How long the ``label`` evaluations took over every format (or that the cache answered), for the log."""
         done = [results[label] for results in self.by_format.values() if label in results]
         if all(result.cached for result in done):
-            return "read back from the cache (eval_cache)"
+            return "read back from the cache, eval_cache"
         return f"{sum(result.seconds for result in done if not result.cached):.0f} s"
 
     def before_tables(self, label: str = "before") -> list[str]:
