@@ -348,7 +348,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
 
 
 def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, script_cls=None,
-               argv: Sequence[str] | None = None, after_train=None, readiness: bool = True):
+               argv: Sequence[str] | None = None, after_train=None, rollouts: bool = True):
     """The run every training script shares (GRPO's :func:`run_training`, the SFT baseline's
     :func:`trl_explore.sft.run_sft`): parse (method options first in ``--help``; the default ``recipe`` without
     ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
@@ -369,7 +369,7 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         script_cls: the script's data arguments (default :class:`~trl_explore.data.training_data.DataArguments`).
         argv: the arguments (default ``sys.argv[1:]``).
         after_train: ``after_train(trainer, script_args, dataset) -> lines`` printed with the summary.
-        readiness: whether the run samples the policy while training (GRPO): parse
+        rollouts: whether the run trains on graded samples of the policy (GRPO): parse
             :class:`~trl_explore.readiness.ReadinessArguments`, run the readiness check and the "nothing is learned"
             watch. False for SFT, whose loss on given solutions needs neither.
 
@@ -391,10 +391,10 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
     with user_errors(tag, debug):  # before training: a bad option, data set, Hub access or geometry is one line
         script_cls = script_cls or DataArguments
-        types, sections = script_dataclasses(script_cls, config_cls, readiness)
+        types, sections = script_dataclasses(script_cls, config_cls, rollouts)
         parsed = parse_args(types, recipe, argv, sections)
         script_args, eval_args, training_args, model_args = parsed[0], parsed[1], parsed[-2], parsed[-1]
-        ready_args = parsed[2] if readiness else None
+        ready_args = parsed[2] if rollouts else None
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -422,9 +422,9 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         use_compact_logs(trainer)
         if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
             print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
-        if readiness:
+        if rollouts:
             trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing learned
-        if readiness and ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
+        if rollouts and ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
             if trainer.accelerator.is_main_process:
                 print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
                       f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)

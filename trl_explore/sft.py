@@ -178,4 +178,4 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     from trl_explore.cli import run_recipe
 
     return run_recipe(SFTBaselineConfig, recipe, tag, build_sft_trainer, lambda trainer: SFT_METRICS, argv=argv,
-                      readiness=False)
+                      rollouts=False)
