@@ -161,6 +161,8 @@ def main(args: EvalArguments) -> dict:
         benchmarks = ["own"] if benchmarks == ["champ"] else list(dict.fromkeys([*benchmarks, "own"]))
     elif "own" in benchmarks and "own" not in files:
         raise ValueError("--benchmarks own needs --dataset_name PATH (your data set in the training format)")
+    if "own" in benchmarks:  # your data checked when loaded, before the model (a missing column, an empty gold)
+        load_benchmark("own", files["own"], limit=args.limit, own_split=args.dataset_split)
     overrides = dict(num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                      max_new_tokens=args.max_new_tokens)
     steering = args.steering_bank is not None or args.steering_build_from is not None

@@ -4,6 +4,7 @@ training script and examples/evaluate.py end to end on a tiny model."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -36,9 +37,20 @@ def test_hold_out_takes_a_share_of_problems_whatever_the_row_order():
     assert len(hold_out(Dataset.from_list(_rows(2)), 0.99)[0]) == 1  # at least one left to train on
 
 
-def test_hold_out_refuses_a_bad_fraction():
-    with pytest.raises(ValueError, match=r"eval_fraction must be in \(0, 1\), got 1.5"):
-        hold_out(Dataset.from_list(_rows(4)), 1.5)
+def test_hold_out_refuses_a_bad_fraction_and_zero_holds_out_nothing():
+    for bad in (1.5, 1.0, -0.1):
+        with pytest.raises(ValueError, match=re.escape(f"eval_fraction must be at least 0 and below 1 (the share of "
+                                                       f"the training problems held out; 0: no held-out split), got "
+                                                       f"{bad}")):
+            hold_out(Dataset.from_list(_rows(4)), bad)
+    kept, held = hold_out(Dataset.from_list(_rows(4)), 0.0)
+    assert (len(kept), len(held)) == (4, 0)
+    args = SimpleNamespace(dataset_name="x", dataset_train_split="train", eval_fraction=0.0, eval_dataset_name=None,
+                           eval_dataset_split=None)
+    assert training_and_eval_data(args, Dataset.from_list(_rows(4)))[1] is None  # 0, the default: no split
+    args.eval_fraction = -0.5
+    with pytest.raises(ValueError, match="eval_fraction must be at least 0 and below 1"):
+        training_and_eval_data(args, Dataset.from_list(_rows(4)))
 
 
 def test_own_rows_keep_the_training_prompt_and_name_a_bad_row():
@@ -48,6 +60,8 @@ def test_own_rows_keep_the_training_prompt_and_name_a_bad_row():
     assert len(rows[0]["problem_id"]) == 16  # a hash of the prompt
     with pytest.raises(ValueError, match=r"the evaluation data has no column \['answer'\]; its columns: \['prompt'\]"):
         own_rows(Dataset.from_list([{"prompt": "x"}]))
+    with pytest.raises(ValueError, match=re.escape("rename_columns({'question': 'prompt', 'solution': 'answer'})")):
+        own_rows(Dataset.from_list([{"question": "x", "solution": "1"}]))
     with pytest.raises(ValueError, match="rows 0 and 1 share the problem id 'p0'"):
         own_rows(Dataset.from_list([_rows(1)[0], _rows(1)[0]]))
 
@@ -58,6 +72,18 @@ def test_a_file_in_the_training_format_is_a_data_set_and_a_benchmark(tmp_path):
     assert load_split(str(path), "whatever")["problem_id"] == ["p0", "p1", "p2"]
     bench = load_benchmark("own", str(path), limit=2)
     assert bench["problem_id"] == ["p0", "p1"] and bench[1]["prompt"] == _rows(2)[1]["prompt"]
+
+
+def test_the_held_out_problems_are_saved_in_the_format_evaluate_reads(tmp_path):
+    from trl_explore.evaluation.own_data import save_heldout_problems
+
+    rows = [{**r, "answer": int(r["answer"]), "offline_completions": ["x"]} for r in _rows(3)]  # a number gold
+    path = save_heldout_problems(Dataset.from_list(rows), tmp_path / "run")
+    assert path == tmp_path / "run" / "heldout_problems.jsonl"
+    assert json.loads(path.read_text().splitlines()[1]) == {"prompt": _rows(3)[1]["prompt"], "answer": "2",
+                                                             "problem_id": "p1"}
+    back = load_benchmark("own", str(path))
+    assert back["problem_id"] == ["p0", "p1", "p2"] and back["answer"] == ["0", "2", "4"]
 
 
 def test_the_three_sources_of_held_out_problems(tmp_path):
@@ -79,6 +105,131 @@ def test_the_three_sources_of_held_out_problems(tmp_path):
         training_and_eval_data(args, train)
 
 
+# ---------------------------------------------------------------- columns and golds refused when the data is loaded
+def _save(tmp_path, rows, name="mine"):
+    folder = tmp_path / name
+    Dataset.from_list(rows).save_to_disk(str(folder))
+    return str(folder)
+
+
+@pytest.mark.parametrize("offline, required", [(True, "prompt, answer, offline_completions"),
+                                               (False, "prompt, answer")])
+def test_a_data_set_without_answer_is_refused_when_loaded_naming_its_columns(tmp_path, offline, required):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = [{"prompt": f"What is {i} + 1?", "solution": str(i + 1), "offline_completions": [f"\\boxed{{{i + 1}}}"]}
+            for i in range(4)]
+    folder = _save(tmp_path, rows)
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=folder), 64, offline=offline)
+    message = str(err.value)
+    assert message.startswith(f"dataset {folder!r} has no column 'answer' ('answer': each problem's gold answer")
+    assert "its columns: ['prompt', 'solution', 'offline_completions']" in message
+    assert f"required: {required}." in message
+    assert "rename_columns({'solution': 'answer'})" in message  # the real fix: the scripts have no rename option
+    assert "answer_column" not in message and "\n" not in message
+
+
+def test_a_data_set_without_prompt_names_the_column_to_rename(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    folder = _save(tmp_path, [{"question": "What is 1 + 1?", "answer": "2"}])
+    with pytest.raises(ValueError, match=r"has no column 'prompt' \('prompt': the problem the policy is asked\); its "
+                                         r"columns: \['question', 'answer'\]; required: prompt, answer\. .*"
+                                         r"rename_columns\(\{'question': 'prompt'\}\)"):
+        load_training_data(DataArguments(dataset_name=folder), 64, offline=False)
+
+
+def test_an_empty_gold_is_refused_by_training_and_by_evaluate_naming_the_row(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(4)
+    rows[2]["answer"] = "  "
+    folder = _save(tmp_path, [{**r, "offline_completions": ["x"]} for r in rows])
+    for offline in (True, False):
+        with pytest.raises(ValueError, match=re.escape(f"dataset {folder!r}, row 2 (id 'p2'): the 'answer' field is "
+                                                       f"empty")):
+            load_training_data(DataArguments(dataset_name=folder), 64, offline=offline)
+    with pytest.raises(ValueError, match=re.escape("evaluation data, row 2 (id 'p2'): the 'answer' field is empty")):
+        own_rows(load_split(folder, "train"))
+    no_answer = _save(tmp_path, [{"prompt": "What is 1 + 1?", "offline_completions": ["2"]}], "sft")
+    kept = load_training_data(DataArguments(dataset_name=no_answer), 64, offline=True, require_answer=False)
+    assert len(kept) == 1  # the SFT baseline grades nothing while training: no gold needed
+
+
+def test_a_trainer_is_not_built_on_data_without_its_gold_column():
+    from trl_explore import MathVerifyReward, OGERRewardFunction
+    from trl_explore.rewards.checks import check_gold_columns
+
+    reward = MathVerifyReward()
+    data = Dataset.from_list([{"prompt": "What is 1 + 1?", "solution": "2"}])
+    with pytest.raises(ValueError, match=re.escape(
+            "train_dataset has no 'answer' column, where the reward 'math_reward' reads each row's gold answer (its "
+            "columns: ['prompt', 'solution']); rename the column that holds the gold answers, e.g. "
+            "dataset.rename_column('solution', 'answer'), or pass MathVerifyReward(answer_column='solution') in "
+            "reward_funcs")):
+        check_gold_columns({"train_dataset": data, "eval_dataset": None}, [reward])
+    with pytest.raises(ValueError, match=r"eval_dataset\['own'\] has no 'gold' column"):  # through R_OGER's verifier
+        check_gold_columns({"eval_dataset": {"own": data}}, [OGERRewardFunction(verifier=MathVerifyReward(
+            answer_column="gold"))])
+    check_gold_columns({"train_dataset": data}, [MathVerifyReward(answer_column="solution")])  # its own name: fine
+    check_gold_columns({"train_dataset": data}, [lambda completions, **kw: [0.0] * len(completions)])  # reads none
+    blank = Dataset.from_list([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""}])
+    with pytest.raises(ValueError, match=re.escape("train_dataset, row 1: the 'answer' field is empty")):
+        check_gold_columns({"train_dataset": blank}, [reward])
+
+
+def test_the_first_step_message_lists_the_data_sets_columns_only():
+    from trl_explore import MathVerifyReward
+
+    class Trainer:  # what TRL 1.16 passes: the trainer's bound _log_metric, and the trainer's added kwargs
+        added_reward_kwargs = frozenset({"trainer_state", "log_extra", "log_metric", "row_owner", "oger_divergence"})
+
+        def _log_metric(self, *args):
+            pass
+
+    kwargs = {"problem_id": ["p0"], "solution": ["2"], "row_owner": [None], "oger_divergence": [0.1],
+              "trainer_state": object(), "log_extra": print, "log_metric": Trainer()._log_metric}
+    with pytest.raises(ValueError) as err:
+        MathVerifyReward()(prompts=["1 + 1?"], completions=["\\boxed{2}"], **kwargs)
+    assert str(err.value) == (
+        "MathVerifyReward reads each row's gold answer from the column 'answer', which the data set does not have; "
+        "its columns: ['problem_id', 'solution']. Rename the column that holds the gold answers "
+        "(dataset.rename_column('solution', 'answer')), or pass MathVerifyReward(answer_column='solution') in "
+        "reward_funcs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_ase_grpo.py", "train_exgrpo.py"])
+def test_the_scripts_refuse_a_data_set_without_answer_in_one_line(tmp_path, script):
+    folder = _save(tmp_path, [{"prompt": "What is 1 + 1?", "gold": "2"}] * 4)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), "--dataset_name", folder, "--output_dir",
+         str(tmp_path / "out"), "--max_steps", "1"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRL_EXPLORE_TINY_POLICY": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    tag = script.removesuffix(".py")
+    line = [x for x in result.stderr.splitlines() if x.startswith(f"[{tag}] error:")]
+    assert len(line) == 1 and "has no column 'answer'" in line[0] and "its columns: ['prompt', 'gold']" in line[0]
+    assert "rename_columns({'gold': 'answer'})" in line[0]
+
+
+@pytest.mark.slow
+def test_evaluate_py_refuses_an_empty_gold_before_loading_the_model(tmp_path):
+    rows = _rows(3)
+    rows[1]["answer"] = ""
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "evaluate.py"), "--model_name_or_path", str(tmp_path / "no-model"),
+         "--dataset_name", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "[evaluate] error: evaluation data, row 1 (id 'p1'): the 'answer' field is empty (--debug or "
+        "TRL_EXPLORE_DEBUG=1 shows the traceback)")
+
+
 @pytest.mark.slow
 def test_training_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir, capsys, monkeypatch):
     """run_training on a tiny model with --eval_fraction: the problems held out are not trained on, TRL's evaluation
@@ -97,7 +248,13 @@ def test_training_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir,
     trainer = run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t",
                            argv=argv)
     printed = capsys.readouterr().out
-    assert "[t] your own evaluation set: 2 held-out problems (6 to train on)" in printed
+    saved_to = out / "heldout_problems.jsonl"
+    assert (f"[t] your own evaluation set: 2 held-out problems (6 to train on), saved to {saved_to} (evaluate a "
+            f"checkpoint on them: python examples/evaluate.py --model_name_or_path {out} --dataset_name {saved_to})"
+            in printed)
+    assert printed.count("your own evaluation set") == 1
+    assert printed.count("[t] held-out evaluation before training (") == 1  # the before table, once
+    assert load_benchmark("own", str(saved_to))["problem_id"] == trainer.eval_dataset["problem_id"]
     assert "your own held-out problems, their own prompts: 2 problems, k = 2 samples" in printed
     assert len(trainer.train_dataset) == 6 and len(trainer.eval_dataset) == 2
     assert not set(trainer.train_dataset["problem_id"]) & set(trainer.eval_dataset["problem_id"])

@@ -87,6 +87,21 @@ def test_runs_are_labelled_by_name_and_an_evaluation_folder_is_its_training_run(
     assert plots.folder_kind(tmp_path / "nothing-here") == "empty"
 
 
+def test_an_exgrpo_run_is_named_exgrpo_not_grpo(tmp_path, monkeypatch):
+    """An ExGRPO run's logs (``exgrpo/`` keys) name the method ExGRPO in its label and in the figure's title, and it
+    is not drawn as a plain GRPO baseline beside the OGER runs."""
+    exgrpo = _run(tmp_path / "replay", [{**_grpo(s), "exgrpo/replayed_fraction": 0.1 * s} for s in range(1, 4)])
+    oger = _run(tmp_path / "oger-demo", [_oger(s) for s in range(1, 4)])
+    assert plots.run_method(plots.load_log_history(exgrpo)) == "ExGRPO"
+    drawn = []
+    monkeypatch.setattr(plots, "plot_training_dynamics",
+                        lambda frames, panels, path, title=None, smooth=1: drawn.append((path.name, title,
+                                                                                         list(frames))))
+    plots.plot_runs([exgrpo, oger], tmp_path / "out")
+    assert drawn == [("training_dynamics.png", "Training dynamics: ExGRPO vs. OGER", ["replay (ExGRPO)", "oger-demo"]),
+                     ("training_dynamics_oger.png", "OGER training dynamics", ["oger-demo"])]
+
+
 def test_methods_are_overlaid_on_their_shared_metrics(tmp_path, make_runs):
     runs = make_runs(tmp_path / "runs")
     dirs = [runs[k] for k in ("grpo", "oger", "ase", "both", "eval")]

@@ -1,6 +1,8 @@
 """The readable console: one compact line per logged step (the full dict still in trainer_state.json) and the
 filter of known third-party warnings."""
 
+import io
+import types
 import warnings
 
 import pytest
@@ -69,6 +71,39 @@ def test_compact_logs_replace_the_dict_print_and_keep_the_full_logs(tmp_path, sm
     assert {"loss", "grad_norm", "learning_rate", "reward", "reward_std", "entropy", "completions/max_length",
             "rewards/parity_reward/mean", "step"} <= set(history[0])
     assert "train_runtime" in history[-1]
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_no_evaluation_bar_nests_under_the_training_bar_in_a_log(tty):
+    """--eval_strategy steps: in a log file (no terminal) the evaluation opens no second bar under the training bar,
+    whose cursor-up codes (ESC[A) would stay in the log; in a terminal Transformers' nested bar is kept."""
+    from tqdm import tqdm
+
+    from trl_explore.reporting import nesting_garbles, open_training_bar
+
+    state = types.SimpleNamespace(is_world_process_zero=True)
+    callback = CompactLogCallback()
+    trainer = types.SimpleNamespace(callback_handler=types.SimpleNamespace(callbacks=[callback]))
+    assert open_training_bar(trainer) is None and not nesting_garbles(None)
+    callback.training_bar = tqdm(total=2, file=_Stream(tty))
+    try:
+        assert open_training_bar(trainer) is callback.training_bar
+        assert nesting_garbles(callback.training_bar) is not tty
+        callback.on_prediction_step(None, state, None, eval_dataloader=[1, 2])
+        assert (callback.prediction_bar is not None) is tty
+        callback.on_evaluate(None, state, None)
+        assert callback.prediction_bar is None
+    finally:
+        callback.training_bar.close()
 
 
 def test_known_warnings_are_filtered_by_message_only(monkeypatch):

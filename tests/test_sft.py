@@ -178,3 +178,28 @@ def test_sft_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir, caps
     assert len(set(held)) == 2 and not set(held) & set(trainer.train_dataset["problem_id"])
     assert len(trainer.eval_dataset) == 8 and set(trainer.eval_dataset["problem_id"]) == set(held)
     assert any("eval_loss" in entry for entry in trainer.state.log_history)
+
+
+@pytest.mark.slow
+def test_your_own_held_out_problems_with_the_sft_baseline(tmp_path, monkeypatch, capsys):
+    """--eval_fraction takes problems out of the SFT baseline's training set as it does for the RL scripts: they are
+    saved for examples/evaluate.py and the held-out table (printed once before training) is on them."""
+    from trl_explore.evaluation.benchmarks import load_benchmark
+    from trl_explore.sft import run_sft
+
+    monkeypatch.setenv("TRL_EXPLORE_TINY_POLICY", "1")
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    argv = ["--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
+            "--ladder_levels", "one_digit", "--max_train_samples", "4", "--eval_fraction", "0.5", "--use_cpu", "true",
+            "--eval_samples", "1", "--eval_greedy", "false", "--eval_max_new_tokens", "4"]
+    trainer = run_sft(ROOT / "recipes" / "sft_smollm2_ladder_cpu.yaml", "t", argv=argv)
+    printed = capsys.readouterr().out
+    saved_to = out / "heldout_problems.jsonl"
+    assert f"[t] your own evaluation set: 2 held-out problems (2 to train on), saved to {saved_to}" in printed
+    held = load_benchmark("own", str(saved_to))["problem_id"]
+    assert not set(held) & set(trainer.train_dataset["problem_id"])
+    assert printed.count("[t] held-out evaluation before training (") == 1
+    assert "your own held-out problems, their own prompts: 2 problems" in printed
+    heldout = json.loads((out / "heldout_eval.json").read_text())
+    assert set(heldout["after"]["result"]["problem_ids"]) == set(held)

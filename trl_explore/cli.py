@@ -371,7 +371,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         after_train: ``after_train(trainer, script_args, dataset) -> lines`` printed with the summary.
         rollouts: whether the run trains on graded samples of the policy (GRPO): parse
             :class:`~trl_explore.readiness.ReadinessArguments`, run the readiness check and the "nothing is learned"
-            watch. False for SFT, whose loss on given solutions needs neither.
+            watch; refuse training rows without a gold answer. False for SFT, whose loss on given solutions needs
+            none of these.
 
     Returns:
         The trained trainer (its process group already ended).
@@ -382,7 +383,7 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.evaluation.heldout import save_heldout
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
-    from trl_explore.evaluation.own_data import training_and_eval_data
+    from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.readiness import NothingLearnedWatch, check_readiness
     from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
@@ -413,12 +414,15 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
         dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
                                      tokenizer=tokenizer,
-                                     offline_column=getattr(training_args, "offline_completions_column", ""))
+                                     offline_column=getattr(training_args, "offline_completions_column", ""),
+                                     require_answer=rollouts)  # SFT grades nothing while training: no gold needed
         dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
         trainer, lines = build_trainer(model_name, training_args, model_args, dataset, own_eval)
-        if own_eval is not None and trainer.accelerator.is_main_process:
-            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on)",
-                  flush=True)
+        if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
+            path = save_heldout_problems(own_eval, training_args.output_dir)
+            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on), "
+                  f"saved to {path} (evaluate a checkpoint on them: python examples/evaluate.py --model_name_or_path "
+                  f"{training_args.output_dir} --dataset_name {path})", flush=True)
         use_compact_logs(trainer)
         if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
             print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)

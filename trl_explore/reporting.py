@@ -108,11 +108,34 @@ def compact_log_line(logs: Mapping, step: int, max_steps: int, method_keys: Sequ
     return " | ".join(parts)
 
 
+def nesting_garbles(training_bar) -> bool:
+    """Whether a second tqdm bar opened while ``training_bar`` is open would leave cursor-up codes (``ESC[A``) in the
+    output: the bar is open and writes to a stream that is not a terminal (a log file, a pipe). In a terminal the
+    two bars nest cleanly."""
+    if training_bar is None:
+        return False
+    stream = getattr(training_bar, "fp", None)
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return True
+
+
+def open_training_bar(trainer):
+    """The training progress bar of ``trainer``'s ``ProgressCallback`` (or :class:`CompactLogCallback`) while training
+    runs, else None."""
+    for callback in getattr(getattr(trainer, "callback_handler", None), "callbacks", ()):
+        if isinstance(callback, ProgressCallback) and getattr(callback, "training_bar", None) is not None:
+            return callback.training_bar
+    return None
+
+
 class CompactLogCallback(ProgressCallback):
     """Transformers' progress bar with one compact line per log (:func:`compact_log_line`) instead of the dict.
 
-    Subclasses ``ProgressCallback`` and overrides ``on_log`` only (the method that prints the dict); the bar, when
-    ``progress_bar`` is True, is Transformers' own. Prints on the main process only.
+    Subclasses ``ProgressCallback`` and overrides ``on_log`` (the method that prints the dict); the bar, when
+    ``progress_bar`` is True, is Transformers' own, except that no evaluation bar opens under the training bar when
+    the output is not a terminal (:func:`nesting_garbles`). Prints on the main process only.
 
     Args:
         method_keys: the method metrics to show (e.g. ``("oger/reward_mean", "oger/failed_ratio")``).
@@ -134,7 +157,9 @@ class CompactLogCallback(ProgressCallback):
             super().on_step_end(args, state, control, **kwargs)
 
     def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
-        if self.progress_bar:
+        # Overrides ProgressCallback.on_prediction_step: no evaluation bar under the training bar when the output is
+        # no terminal (nested bars leave ESC[A codes in a log); the "eval step" line reports the evaluation.
+        if self.progress_bar and not nesting_garbles(self.training_bar):
             super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs):

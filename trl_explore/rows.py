@@ -91,14 +91,15 @@ def check_prompt_rows(rows, where: str, expected: str | None = None) -> str:
 
 def check_datasets(plan, components) -> None:
     """The construction-time checks of the datasets in a :class:`~trl_explore.components.TrainerPlan`: no column a
-    component writes, a ``prompt`` column (unless an environment supplies the prompts), enough prompts for one
-    generation batch.
+    component writes, a ``prompt`` column (unless an environment supplies the prompts), the gold-answer column the
+    reward reads, with no empty gold (``rewards.checks.check_gold_columns``), enough prompts for one generation
+    batch.
 
     Raises:
         ValueError: naming the dataset, the column or the sizes, and the fix.
     """
     from trl_explore.defaults import check_train_dataset_size
-    from trl_explore.rewards.checks import check_column_clash
+    from trl_explore.rewards.checks import check_column_clash, check_gold_columns
 
     datasets = {"train_dataset": plan.train_dataset, "eval_dataset": plan.eval_dataset}
     check_column_clash(datasets, components)
@@ -106,4 +107,5 @@ def check_datasets(plan, components) -> None:
         for where, dataset in datasets.items():
             if dataset is not None:
                 check_prompt_column(dataset, where)
+    check_gold_columns(datasets, plan.reward_funcs)
     check_train_dataset_size(plan.train_dataset, plan.args)

@@ -254,6 +254,12 @@ class ScoringMixin:
     """The driver's reward side, a mixin over ``GRPOTrainer`` (before it in the bases; ``super()`` is TRL's trainer)
     that reads ``self.components`` and ``self._generation`` (a :class:`_Generation`)."""
 
+    @property
+    def added_reward_kwargs(self) -> frozenset[str]:
+        """The reward kwargs that are not dataset columns: TRL's own, ``row_owner`` and the components' fields (a
+        reward's error message lists the data set's columns without them)."""
+        return frozenset((*TRL_REWARD_KWARGS, ROW_OWNER, *(f for c in self.components for f in c.reward_field_names)))
+
     def _plan_scoring(self, gen: _Generation) -> None:
         """Whether the driver observes TRL's scoring forward of the current rows (components' needs)."""
         needs = [c.needs(gen.mode) for c in self.components]

@@ -48,9 +48,10 @@ class DataArguments(PassRateFilterArguments):
     )
     eval_fraction: float = field(
         default=0.0,
-        metadata={"help": "Hold out this share of the training problems (chosen by a seeded hash of problem_id, "
-                  "taken out of training) as your own evaluation set, for --eval_strategy steps and --eval_heldout "
-                  "(0: none)."},
+        metadata={"help": "Hold out this share of the training problems (at least 0, below 1; 0: no held-out split; "
+                  "chosen by a seeded hash of problem_id, taken out of training) as your own evaluation set, for "
+                  "--eval_strategy steps and --eval_heldout; saved as <output_dir>/heldout_problems.jsonl for "
+                  "examples/evaluate.py --dataset_name."},
     )
     eval_dataset_split: str | None = field(
         default=None,
@@ -73,8 +74,50 @@ def _prompt_key(prompt) -> str:
     return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
+COLUMN_PURPOSES = {"prompt": "the problem the policy is asked", "answer": "each problem's gold answer, which the "
+                   "reward grades against"}
+"""What the scripts read from each column they require (for the error that names a missing one)."""
+
+
+def check_script_columns(dataset, dataset_name: str, required) -> None:
+    """Refuse, when the data is loaded, a data set without the columns a training script reads by name (``prompt``,
+    ``answer``; the scripts have no option that renames them), and a row whose gold ``answer`` is empty.
+
+    Args:
+        dataset: the loaded split (its ``column_names``; an ``IterableDataset`` whose columns are unknown is skipped).
+        dataset_name: as given (``--dataset_name``), for the message.
+        required: the columns this script needs, in order (OGER's teacher column last).
+
+    Raises:
+        ValueError: one line naming the missing column(s), the data set's columns, the columns required and the fix
+            (rename with ``datasets``, then save); or the row index and the field of an empty gold.
+    """
+    from trl_explore.rewards.checks import empty_value_index, rename_example
+
+    columns = dataset.column_names
+    if columns is None:
+        return
+    missing = [c for c in required if c in COLUMN_PURPOSES and c not in columns]
+    if missing:
+        renames = {c: rename_example(columns, c) for c in missing}
+        what = "; ".join(f"{c!r}: {COLUMN_PURPOSES[c]}" for c in missing)
+        example = ", ".join(f"{old}: {new!r}" for new, old in renames.items())
+        raise ValueError(
+            f"dataset {dataset_name!r} has no column {' or '.join(repr(c) for c in missing)} ({what}); its columns: "
+            f"{columns}; required: {', '.join(required)}. The scripts read these columns by name: rename yours with "
+            f"datasets and pass the saved folder, e.g. load_from_disk(...).rename_columns({{{example}}})"
+            f".save_to_disk('my-data') (docs/own-data.md)"
+        )
+    if "answer" in required:
+        index = empty_value_index(dataset["answer"])
+        if index is not None:
+            pid = f" (id {dataset[index]['problem_id']!r})" if "problem_id" in columns else ""
+            raise ValueError(f"dataset {dataset_name!r}, row {index}{pid}: the 'answer' field is empty; give every "
+                             f"problem its gold answer, or drop the row before training (dataset.filter)")
+
+
 def load_training_data(data_args: DataArguments, max_completion_length: int, offline: bool = True, tokenizer=None,
-                       offline_column: str = "offline_completions"):
+                       offline_column: str = "offline_completions", require_answer: bool = True):
     """The training split named by ``data_args``, with ``prompt``, ``answer`` and ``problem_id`` columns, and the
     offline columns when ``offline`` (OGER).
 
@@ -83,9 +126,14 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     without a ``problem_id`` column, a hash of the prompt is used. Without ``offline``, repeated prompts are dropped
     (``dedupe_prompts``). Then the pass-rate filter and ``max_train_samples`` apply.
 
+    Args:
+        require_answer: refuse a data set without an ``answer`` column or with an empty gold (default True; the SFT
+            baseline, which grades nothing during training, passes False).
+
     Raises:
-        ValueError: with ``offline``, no column ``offline_column`` (the message lists the columns there are and the
-            fixes); no prompt left after filtering (the message names the filters).
+        ValueError: no ``prompt`` column, or (``require_answer``) no ``answer`` column or an empty gold
+            (:func:`check_script_columns`); with ``offline``, no column ``offline_column`` (the message lists the
+            columns there are and the fixes); no prompt left after filtering (the message names the filters).
     """
     from trl_explore.data.loading import load_split
 
@@ -99,6 +147,8 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     dataset = load_split(data_args.dataset_name, data_args.dataset_train_split, **options)
     if "answer" not in dataset.column_names and "reward_model" in dataset.column_names:  # verl parquet layout
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
+    required = ["prompt", *(["answer"] if require_answer else []), *([offline_column] if offline else [])]
+    check_script_columns(dataset, data_args.dataset_name, required)
     if offline and dataset.column_names is not None and offline_column not in dataset.column_names:
         raise ValueError(
             f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where OGER reads each prompt's "

@@ -115,10 +115,14 @@ class HeldoutEvaluator:
         autocast = generation_autocast(t.args, t.accelerator.device)
         precision = {"precision": "cpu-bfloat16"} if cpu_bf16_active(t.args, t.accelerator.device) else {}
 
+        from trl_explore.reporting import nesting_garbles, open_training_bar
+
+        bars = not nesting_garbles(open_training_bar(t))  # minutes on a CPU; none nested in a log during training
+
         def evaluate():
             with autocast:
                 return evaluate_heldout(model, t.processing_class, **settings, problems=rows if own else None,
-                                        show_progress=True)  # bars: minutes on a CPU
+                                        show_progress=bars)
 
         return cached_evaluation(model, {**settings, "problems": problems, **precision}, evaluate, cache=o.eval_cache)
 

@@ -12,13 +12,15 @@ prompt). Its held-out problems come from one of (``DataArguments``):
 
 They are evaluated with their own prompt, the training one: by TRL's evaluation loop (``--eval_strategy steps``,
 ``eval_reward`` in the plots), by the before/after table of ``--eval_heldout`` and by ``examples/evaluate.py
---dataset_name PATH`` (the ``own`` benchmark: :func:`load_own_rows`).
+--dataset_name PATH`` (the ``own`` benchmark: :func:`load_own_rows`). The training scripts save them as
+``<output_dir>/heldout_problems.jsonl`` (:func:`save_heldout_problems`), a ``PATH`` for the last.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 
 from trl_explore.rewards.benchmark_grading import answer_text
 
@@ -52,8 +54,12 @@ def training_format(dataset):
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
     missing = [c for c in ("prompt", "answer") if c not in dataset.column_names]
     if missing:
+        from trl_explore.rewards.checks import rename_example
+
+        renames = ", ".join(f"{rename_example(columns, c)}: {c!r}" for c in missing)
         raise ValueError(f"the evaluation data has no column {missing}; its columns: {columns} (the training format: "
-                         f"prompt, answer, optional problem_id; docs/own-data.md)")
+                         f"prompt, answer, optional problem_id; rename yours with datasets, e.g. "
+                         f"rename_columns({{{renames}}}); docs/own-data.md)")
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _problem_key(row["prompt"])})
     return dataset
@@ -93,16 +99,47 @@ def load_own_rows(path, split: str = "test") -> list[dict]:
     return own_rows(load_split(str(path), split))
 
 
+def check_eval_fraction(fraction: float) -> float:
+    """``fraction``, checked: a share of the training problems to hold out, at least 0 (none) and below 1.
+
+    Raises:
+        ValueError: naming the option, the range and what 0 means."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"eval_fraction must be at least 0 and below 1 (the share of the training problems held "
+                         f"out; 0: no held-out split), got {fraction}")
+    return fraction
+
+
+HELDOUT_PROBLEMS_FILE = "heldout_problems.jsonl"
+"""The file, in a run's ``output_dir``, holding the held-out problems the run evaluated on (training format)."""
+
+
+def save_heldout_problems(dataset, output_dir) -> pathlib.Path:
+    """Write held-out rows (training format: ``prompt``, ``answer``, ``problem_id``) as JSON lines to
+    ``output_dir/heldout_problems.jsonl``, the file ``examples/evaluate.py --dataset_name`` reads back
+    (:func:`load_own_rows`), so a checkpoint is evaluated later on the same problems. A number gold is written as
+    text. Returns the path."""
+    path = pathlib.Path(output_dir) / HELDOUT_PROBLEMS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in dataset.select_columns(["prompt", "answer", "problem_id"]):
+            answer = str(row["answer"]) if isinstance(row["answer"], (int, float)) else row["answer"]
+            handle.write(json.dumps({"prompt": row["prompt"], "answer": answer, "problem_id": str(row["problem_id"])},
+                                    ensure_ascii=False) + "\n")
+    return path
+
+
 def hold_out(dataset, fraction: float, seed: int = 0):
     """Split ``dataset`` into (training rows, held-out rows): ``round(fraction * n)`` problems (at least 1) are held
     out, those whose ``sha1(f"{seed}:{problem_id}")`` is smallest, so the choice does not depend on the row order;
-    both parts keep the original order.
+    both parts keep the original order. ``fraction`` 0 holds out nothing (an empty held-out part).
 
     Raises:
-        ValueError: ``fraction`` not in (0, 1), or fewer than 2 rows (nothing would be left to train on).
+        ValueError: ``fraction`` not in [0, 1) (:func:`check_eval_fraction`), or, above 0, fewer than 2 rows (nothing
+            would be left to train on).
     """
-    if not 0 < fraction < 1:
-        raise ValueError(f"eval_fraction must be in (0, 1), got {fraction}")
+    if check_eval_fraction(fraction) == 0:
+        return dataset, dataset.select([])
     n = len(dataset)
     if n < 2:
         raise ValueError(f"eval_fraction={fraction} needs at least 2 training problems, got {n}")
@@ -121,7 +158,7 @@ def training_and_eval_data(data_args, train_dataset, seed: int = 0):
     """
     from trl_explore.data.loading import load_split
 
-    fraction = getattr(data_args, "eval_fraction", 0.0) or 0.0
+    fraction = check_eval_fraction(getattr(data_args, "eval_fraction", 0.0) or 0.0)
     name, split = getattr(data_args, "eval_dataset_name", None), getattr(data_args, "eval_dataset_split", None)
     if fraction and (name or split):
         raise ValueError("give one source of held-out problems: eval_fraction (a share of the training set), or "

@@ -3,7 +3,7 @@
 From training runs' ``trainer_state.json`` (``log_history``):
 
 * :data:`SHARED_PANELS`: what every GRPO-based run logs (reward, policy entropy, zero-variance groups, response
-  length, truncation, evaluation reward): runs of different methods (GRPO, OGER, ASE-GRPO, both) overlaid.
+  length, truncation, evaluation reward): runs of different methods (GRPO, OGER, ASE-GRPO, both, ExGRPO) overlaid.
 * :data:`OGER_PANELS`: policy entropy (OGER Fig. 2a), failed-response ratio (Fig. 2c), OGER reward mean and max
   (Fig. 5), embedding divergence and last-token entropy, offline fraction, training and evaluation reward (Fig. 2b).
 * :data:`ASE_PANELS`: cluster shares and vector geometry (ASE Fig. 5), contrast pairs and vector norm per bank
@@ -125,12 +125,16 @@ ASE_PANELS = (
 """Panels of the ASE diagnostics figure (the bank panels are kept, and say why, when no update happened)."""
 
 
+METHOD_PREFIXES = (("oger/", "OGER"), ("ase/", "ASE-GRPO"), ("exgrpo/", "ExGRPO"))
+"""(metric prefix, method name) of each method whose component logs under its own prefix."""
+
+
 def run_method(frame) -> str:
-    """The method a run's logs show: ``"OGER + ASE-GRPO"``, ``"OGER"``, ``"ASE-GRPO"``, or ``"GRPO"`` (neither's
-    keys)."""
-    oger = any(str(c).startswith("oger/") for c in frame.columns)
-    ase = any(str(c).startswith("ase/") for c in frame.columns)
-    return {(True, True): "OGER + ASE-GRPO", (True, False): "OGER", (False, True): "ASE-GRPO"}.get((oger, ase), "GRPO")
+    """The method a run's logs show: the names of the methods whose keys it logged (:data:`METHOD_PREFIXES`), joined
+    by " + " (``"OGER + ASE-GRPO"``, ``"OGER"``, ``"ASE-GRPO"``, ``"ExGRPO"``), or ``"GRPO"`` (none of them)."""
+    columns = [str(c) for c in frame.columns]
+    found = [name for prefix, name in METHOD_PREFIXES if any(c.startswith(prefix) for c in columns)]
+    return " + ".join(found) or "GRPO"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -487,8 +491,8 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], output_dir: str | pathlib.
     (``summary.json``, optionally ``temperature_sweep.json``), or both; labels: :func:`run_labels`.
 
     Writes, when the data exist: ``training_dynamics.png`` (every training run on :data:`SHARED_PANELS`, labelled
-    with its method: GRPO, OGER, ASE-GRPO or both), ``training_dynamics_oger.png`` (runs with ``oger/`` keys, with
-    the plain GRPO runs as baselines), ``training_dynamics_ase.png`` (runs with ``ase/`` keys, same),
+    with its method: GRPO, OGER, ASE-GRPO, both or ExGRPO), ``training_dynamics_oger.png`` (runs with ``oger/`` keys,
+    with the plain GRPO runs as baselines), ``training_dynamics_ase.png`` (runs with ``ase/`` keys, same),
     ``pass_at_k.png`` and ``temperature_sweep.png``.
 
     Returns:

@@ -93,6 +93,80 @@ def check_column_clash(datasets: dict, components) -> None:
                     )
 
 
+GOLD_COLUMN_GUESSES = ("solution", "gold", "gold_answer", "ground_truth", "final_answer", "target", "label",
+                      "answers", "output", "response")
+"""Column names that often hold a data set's gold answers: the rename a message suggests, when one is there."""
+PROMPT_COLUMN_GUESSES = ("question", "problem", "query", "input", "instruction", "messages")
+"""Column names that often hold a data set's problems."""
+
+
+def rename_example(columns, wanted: str) -> str:
+    """``"'solution'"``: the column of ``columns`` a message suggests renaming to ``wanted`` (the first there of
+    :data:`PROMPT_COLUMN_GUESSES` for ``"prompt"``, else of :data:`GOLD_COLUMN_GUESSES`), else
+    ``"'<your column>'"``."""
+    guesses = PROMPT_COLUMN_GUESSES if wanted == "prompt" else GOLD_COLUMN_GUESSES
+    found = [c for c in guesses if c in set(columns) and c != wanted]
+    return repr(found[0]) if found else "'<your column>'"
+
+
+def empty_value_index(values) -> int | None:
+    """The index of the first empty value of a column (None, a blank string, an empty list), or None when every
+    value holds something. Numbers count as values (``0`` is a gold answer)."""
+    for i, value in enumerate(values):
+        if value is None or (isinstance(value, str) and not value.strip()) or (
+                isinstance(value, (list, tuple)) and not value):
+            return i
+    return None
+
+
+def _gold_columns(reward_funcs) -> dict[str, str]:
+    """``{column: reward name}``: the gold-answer columns the reward functions read (``answer_column`` of a
+    ``MathVerifyReward``, also through an ``OGERRewardFunction``'s ``verifier``)."""
+    found = {}
+    for func in reward_funcs:
+        for reader in (func, getattr(func, "verifier", None)):
+            column = getattr(reader, "answer_column", None)
+            if isinstance(column, str):
+                found.setdefault(column, getattr(reader, "__name__", type(reader).__name__))
+    return found
+
+
+def check_gold_columns(datasets: dict, reward_funcs) -> None:
+    """Refuse, when the trainer is built, a dataset without the gold-answer column its reward reads, or with an empty
+    gold answer in it (map-style datasets; an ``IterableDataset`` whose columns are unknown is checked at its first
+    batch by the reward itself).
+
+    Args:
+        datasets: ``{"train_dataset": ..., "eval_dataset": ...}`` (None values and dicts of datasets allowed).
+        reward_funcs: the trainer's reward functions (:func:`_gold_columns` finds the columns they read).
+
+    Raises:
+        ValueError: naming the dataset, the column, the columns there are and the fix; or the row and the field.
+    """
+    golds = _gold_columns(reward_funcs)
+    for where, dataset in datasets.items():
+        parts = dataset.items() if isinstance(dataset, dict) else [(None, dataset)]
+        for key, part in parts:
+            columns = getattr(part, "column_names", None)
+            if part is None or columns is None:
+                continue
+            name = where if key is None else f"{where}[{key!r}]"
+            for column, reward in golds.items():
+                if column not in columns:
+                    guess = rename_example(columns, column)
+                    raise ValueError(
+                        f"{name} has no {column!r} column, where the reward {reward!r} reads each row's gold answer "
+                        f"(its columns: {sorted(columns)}); rename the column that holds the gold answers, e.g. "
+                        f"dataset.rename_column({guess}, {column!r}), or pass MathVerifyReward(answer_column={guess}) "
+                        f"in reward_funcs"
+                    )
+                if hasattr(part, "__len__"):  # map-style: the column is read once
+                    index = empty_value_index(part[column])
+                    if index is not None:
+                        raise ValueError(f"{name}, row {index}: the {column!r} field is empty; give every row its "
+                                         f"gold answer, or drop the row (dataset.filter)")
+
+
 def check_reward_values(values, name: str) -> None:
     """Refuse a reward function's output that TRL cannot turn into rewards, naming the function and the completion.
 

@@ -371,6 +371,14 @@ def _extract_task(text: str, options: GraderOptions) -> tuple[str, Any]:
     return "ok", extract(text, options)
 
 
+def _data_columns(kwargs: dict) -> list[str]:
+    """The data set's columns among a reward call's kwargs: the per-row lists, without the kwargs TRL, the driver and
+    the components add (the calling trainer's ``added_reward_kwargs``, read through TRL's bound ``log_metric``)."""
+    trainer = getattr(kwargs.get("log_metric"), "__self__", None)
+    added = set(getattr(trainer, "added_reward_kwargs", ())) | {"environments"}
+    return sorted(k for k, v in kwargs.items() if isinstance(v, (list, tuple)) and k not in added)
+
+
 class MathVerifyReward:
     """TRL reward function: 1.0 if a completion's final answer matches the gold answer, else 0.0.
 
@@ -461,9 +469,15 @@ class MathVerifyReward:
         if completions is None:
             raise ValueError("MathVerifyReward needs `completions`")
         if self.answer_column not in kwargs:
+            from trl_explore.rewards.checks import rename_example
+
+            columns = _data_columns(kwargs)
+            guess = rename_example(columns, self.answer_column)
             raise ValueError(
-                f"MathVerifyReward reads gold answers from the column {self.answer_column!r}, which is "
-                f"missing; the columns given are {sorted(kwargs)}. Set answer_column=... to the right one."
+                f"MathVerifyReward reads each row's gold answer from the column {self.answer_column!r}, which the "
+                f"data set does not have; its columns: {columns}. Rename the column that holds the gold answers "
+                f"(dataset.rename_column({guess}, {self.answer_column!r})), or pass "
+                f"MathVerifyReward(answer_column={guess}) in reward_funcs"
             )
         golds = kwargs[self.answer_column]
         if isinstance(golds, (str, bytes)):
