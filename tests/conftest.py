@@ -37,6 +37,16 @@ def make_tiny_lm(smollm2_tokenizer):
 
 
 @pytest.fixture
+def tiny_model_dir(tmp_path, make_tiny_lm, smollm2_tokenizer) -> pathlib.Path:
+    """``tmp_path / "tiny"``: a new tiny causal LM (``make_tiny_lm()``) saved with the SmolLM2 tokenizer, for a
+    script's ``--model_name_or_path``."""
+    folder = tmp_path / "tiny"
+    make_tiny_lm().save_pretrained(folder)
+    smollm2_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def load_script(monkeypatch):
     """``load_script(path, name=None)``: a file of this repository that the package does not ship (an example or
     benchmark script; ``path`` relative to the repository root) loaded as a module named ``name`` (default: the file's

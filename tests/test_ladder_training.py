@@ -46,8 +46,7 @@ def test_each_preset_trainer_takes_two_steps_on_ladder_rows(preset, tmp_path, ma
 
 
 @pytest.mark.slow
-def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, make_tiny_lm, smollm2_tokenizer, capsys,
-                                                              monkeypatch):
+def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, tiny_model_dir, capsys, monkeypatch):
     """examples/train_oger.py's run_training on a saved tiny model: the held-out table is printed before training and
     with the summary after it, and heldout_eval.json is written; with --eval_neutral_format false, in the training
     format only."""
@@ -57,11 +56,8 @@ def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, make_t
     from trl_explore.cli import run_training
 
     monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
-    model_dir = tmp_path / "tiny"
-    make_tiny_lm().save_pretrained(model_dir)
-    smollm2_tokenizer.save_pretrained(model_dir)
     out = tmp_path / "out"
-    argv = ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "1",
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "24",
             "--ladder_levels", "one_digit", "--max_train_samples", "4", "--use_cpu", "true", "--log_completions",
             "false", "--eval_problems", "3", "--eval_samples", "2", "--eval_split", "validation",

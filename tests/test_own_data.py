@@ -245,19 +245,15 @@ def test_evaluate_py_refuses_an_empty_gold_before_loading_the_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, smollm2_tokenizer, capsys,
-                                                       monkeypatch):
+def test_training_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir, capsys, monkeypatch):
     """run_training on a tiny model with --eval_fraction: the problems held out are not trained on, TRL's evaluation
     loop logs eval_reward on them (--eval_strategy steps) and the before/after table is on them."""
     from trl_explore import OGERConfig, OGERTrainer
     from trl_explore.cli import run_training
 
     monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
-    model_dir = tmp_path / "tiny"
-    make_tiny_lm().save_pretrained(model_dir)
-    smollm2_tokenizer.save_pretrained(model_dir)
     out = tmp_path / "out"
-    argv = ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "1",
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "24",
             "--ladder_levels", "one_digit", "--max_train_samples", "8", "--eval_fraction", "0.25", "--use_cpu",
             "true", "--log_completions", "false", "--eval_samples", "2", "--eval_max_new_tokens", "4",
@@ -283,15 +279,12 @@ def test_training_evaluates_your_own_held_out_problems(tmp_path, make_tiny_lm, s
 
 
 @pytest.mark.slow
-def test_evaluate_py_on_a_data_set_of_your_own(tmp_path, make_tiny_lm, smollm2_tokenizer):
-    model_dir = tmp_path / "tiny"
-    make_tiny_lm().save_pretrained(model_dir)
-    smollm2_tokenizer.save_pretrained(model_dir)
+def test_evaluate_py_on_a_data_set_of_your_own(tmp_path, tiny_model_dir):
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in _rows(3)) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "evaluate.py"), "--model_name_or_path", str(model_dir),
+        [sys.executable, str(ROOT / "examples" / "evaluate.py"), "--model_name_or_path", str(tiny_model_dir),
          "--dataset_name", str(path), "--num_samples", "2", "--max_new_tokens", "4", "--backend", "transformers",
          "--output_dir", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=900,

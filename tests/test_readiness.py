@@ -131,8 +131,8 @@ def test_the_watch_warns_once_after_patience_steps(caplog):
 
 
 @pytest.mark.slow
-def test_run_training_prints_the_readiness_check_and_warns_during_training(tmp_path, make_tiny_lm, smollm2_tokenizer,
-                                                                           capsys, caplog, load_script):
+def test_run_training_prints_the_readiness_check_and_warns_during_training(tmp_path, tiny_model_dir, capsys, caplog,
+                                                                           load_script):
     """The training scripts' run_training on a saved tiny model: the check's lines before training (a random policy
     is cut off at the cap and never right: two warnings) and the watch's one warning after 1 logged step."""
     import pathlib
@@ -141,10 +141,7 @@ def test_run_training_prints_the_readiness_check_and_warns_during_training(tmp_p
     from trl_explore.cli import run_training
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    model_dir = tmp_path / "tiny"
-    make_tiny_lm().save_pretrained(model_dir)
-    smollm2_tokenizer.save_pretrained(model_dir)
-    argv = ["--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "out"), "--max_steps", "2",
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "out"), "--max_steps", "2",
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--num_vectors", "1",
             "--max_completion_length", "8", "--ladder_levels", "one_digit", "--max_train_samples", "4",
             "--use_cpu", "true", "--log_completions", "false", "--eval_heldout", "false", "--readiness_prompts", "2",

@@ -98,6 +98,88 @@ def test_two_steps_on_teacher_solutions_with_the_held_out_evaluation(tmp_path, m
     assert (out / "model.safetensors").exists() and (out / "README.md").exists()
 
 
+def _run_sft(tmp_path, *argv):
+    from trl_explore.sft import run_sft
+
+    return run_sft(ROOT / "recipes" / "sft_smollm2_ladder_cpu.yaml", "t",
+                   argv=["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *argv])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--teachers_per_prompt", "0"], "teachers_per_prompt must be >= 1 or None (all), got 0"),
+    (["--teacher_per_prompt", "1"],
+     "unknown option --teacher_per_prompt (did you mean --teachers_per_prompt or --dedupe_prompts?)"),
+    (["--readiness_check", "false"], "unknown option --readiness_check"),  # SFT samples nothing while training
+    (["--ladder_levels", "one_digit", "--eval_fraction", "0.5", "--eval_dataset_split", "test"],
+     "give one source of held-out problems"),
+])
+def test_the_sft_script_stops_with_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    """run_sft through trl_explore.cli.run_recipe: a bad option or held-out source is one line on stderr, exit 2."""
+    from trl_explore.cli import EXIT_USER_ERROR
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("TRL_EXPLORE_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        _run_sft(tmp_path, *argv)
+    assert exit_.value.code == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[t] error: ") and message in err[0]
+    assert err[0].endswith("(--debug or TRL_EXPLORE_DEBUG=1 shows the traceback)")
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """The lines of ``stderr`` the script wrote (not the progress bars of ``datasets``); no traceback among them."""
+    assert "Traceback" not in stderr
+    return [line for line in stderr.splitlines() if line.startswith("[t] ")]
+
+
+def test_bad_sft_data_is_one_line_and_debug_shows_the_exception(tmp_path, capsys, monkeypatch):
+    """A data set without teacher solutions, and held-out rows without them under --eval_strategy steps (SFT's
+    evaluation loop computes the loss on held-out teacher solutions)."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("TRL_EXPLORE_DEBUG", raising=False)
+    no_teachers = tmp_path / "plain"
+    Dataset.from_list([{k: v for k, v in row.items() if not k.startswith("offline")} for row in _rows()]).save_to_disk(
+        str(no_teachers))
+    with pytest.raises(SystemExit):
+        _run_sft(tmp_path, "--dataset_name", str(no_teachers))
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "has no column 'offline_completions'" in err[0]
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps({"prompt": PROMPT_B, "answer": "4", "problem_id": "b"}) + "\n")
+    argv = ("--ladder_levels", "one_digit", "--max_train_samples", "2", "--eval_dataset_name", str(held_out),
+            "--eval_strategy", "steps")
+    with pytest.raises(SystemExit):
+        _run_sft(tmp_path, *argv)
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith(
+        "[t] error: eval_strategy: the SFT baseline's evaluation loop measures the loss on the held-out problems' "
+        "teacher solutions, and the evaluation data has no column 'offline_completions' (its columns: ['prompt', "
+        "'answer', 'problem_id']); set --eval_strategy no")
+    with pytest.raises(ValueError, match="has no column 'offline_completions'"):
+        _run_sft(tmp_path, *argv, "--debug")
+
+
+@pytest.mark.slow
+def test_sft_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    """run_sft on a tiny model with --eval_fraction: the held-out problems' teacher solutions are not trained on,
+    TRL's evaluation loop logs eval_loss on them (--eval_strategy steps) and the before/after table is on them."""
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    trainer = _run_sft(tmp_path, "--model_name_or_path", str(tiny_model_dir), "--max_steps", "1",
+                       "--per_device_train_batch_size", "4", "--ladder_levels", "one_digit", "--max_train_samples",
+                       "8", "--eval_fraction", "0.25", "--eval_samples", "1", "--eval_max_new_tokens", "4",
+                       "--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "4")
+    printed = capsys.readouterr().out
+    assert "[t] your own evaluation set: 2 held-out problems (6 to train on)" in printed
+    assert "[t] 24 teacher solutions of 6 prompts" in printed  # 4 teacher styles per ladder problem
+    assert "[t] held-out evaluation before training on your held-out problems" in printed
+    held = json.loads((out / "heldout_eval.json").read_text())["after"]["result"]["problem_ids"]
+    assert len(set(held)) == 2 and not set(held) & set(trainer.train_dataset["problem_id"])
+    assert len(trainer.eval_dataset) == 8 and set(trainer.eval_dataset["problem_id"]) == set(held)
+    assert any("eval_loss" in entry for entry in trainer.state.log_history)
+
+
 @pytest.mark.slow
 def test_your_own_held_out_problems_with_the_sft_baseline(tmp_path, monkeypatch, capsys):
     """--eval_fraction takes problems out of the SFT baseline's training set as it does for the RL scripts: they are

@@ -299,25 +299,25 @@ def model_init_kwargs(model_args) -> dict:
             "dtype": dtype}
 
 
-def script_dataclasses(script_cls: type, config_cls: type) -> tuple[tuple[type, ...], tuple[type, ...]]:
+def script_dataclasses(script_cls: type, config_cls: type, readiness: bool = True
+                       ) -> tuple[tuple[type, ...], tuple[type, ...]]:
     """The dataclasses a training script parses, in order (its data options, the held-out evaluation, the readiness
-    check, the method's config, TRL's ``ModelConfig``), and those shown first in ``--help``."""
+    check unless ``readiness`` is False, the method's config, TRL's ``ModelConfig``), and those shown first in
+    ``--help``."""
     from trl import ModelConfig
 
     from trl_explore.evaluation.heldout import HeldoutEvalArguments
     from trl_explore.readiness import ReadinessArguments
 
-    sections = (script_cls, HeldoutEvalArguments, ReadinessArguments)
+    sections = (script_cls, HeldoutEvalArguments, *((ReadinessArguments,) if readiness else ()))
     return (*sections, config_cls, ModelConfig), sections
 
 
 def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, argv: Sequence[str] | None = None,
                  after_train=None):
-    """What each training script does: parse (method options first in ``--help``; the default ``recipe`` without
-    ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
-    access, load the data, build ``trainer_cls``, run the readiness check (:mod:`trl_explore.readiness`; its watch
-    warns during training), train, save, write the card and print one
-    readable summary.
+    """What each GRPO training script does (:func:`run_recipe`, with the readiness check): ``trainer_cls`` built on
+    the training rows, your own held-out rows (if any) as TRL's ``eval_dataset`` when ``eval_strategy`` is not
+    ``"no"``; the summary shows the last value of each component's metrics (``oger/...``).
 
     Args:
         trainer_cls, config_cls: the preset trainer and its config (``OGERTrainer``, ``OGERConfig``; ...).
@@ -331,9 +331,53 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     Returns:
         The trained trainer (its process group already ended).
     """
-    import time
 
-    from trl import get_peft_config
+    def build(model_name, training_args, model_args, dataset, own_eval):
+        from trl import get_peft_config
+
+        eval_dataset = None
+        if own_eval is not None and training_args.eval_strategy != "no":  # TRL's evaluation loop: eval_reward
+            offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
+            eval_dataset = own_eval if offline else own_eval.select_columns(["prompt", "answer", "problem_id"])
+        trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset, eval_dataset=eval_dataset,
+                              peft_config=get_peft_config(model_args))
+        return trainer, ()
+
+    return run_recipe(config_cls, recipe, tag, build, lambda trainer: tuple(f"{c.name}/" for c in trainer.components),
+                      script_cls=script_cls, argv=argv, after_train=after_train)
+
+
+def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, script_cls=None,
+               argv: Sequence[str] | None = None, after_train=None, rollouts: bool = True):
+    """The run every training script shares (GRPO's :func:`run_training`, the SFT baseline's
+    :func:`trl_explore.sft.run_sft`): parse (method options first in ``--help``; the default ``recipe`` without
+    ``--config``; ``--debug``: tracebacks of user errors, which are otherwise one line, :func:`user_errors`), check Hub
+    access, load the data and split off your own held-out problems (``--eval_fraction``, ``--eval_dataset_split``,
+    ``--eval_dataset_name``: :mod:`trl_explore.evaluation.own_data`), build the trainer, run the readiness check
+    (:mod:`trl_explore.readiness`; its watch warns during training), evaluate on held-out problems, train, evaluate
+    again, save, write the card and print one readable summary.
+
+    Args:
+        config_cls: the training config (``OGERConfig``, ``SFTBaselineConfig``, ...).
+        recipe: the YAML used when no ``--config`` is given.
+        tag: the prefix of the summary lines (``[train_oger] ...``).
+        build_trainer: ``build_trainer(model_name, training_args, model_args, dataset, own_eval) -> (trainer,
+            lines)``: ``model_name`` as given (``"embedded"`` by default), ``dataset`` the training rows (prompt,
+            answer, problem_id, and the offline columns when the config has ``offline_completions_column``),
+            ``own_eval`` your own held-out rows or None; ``lines`` are printed with the summary.
+        metric_prefixes: ``metric_prefixes(trainer) -> tuple`` of the logged metrics the summary shows.
+        script_cls: the script's data arguments (default :class:`~trl_explore.data.training_data.DataArguments`).
+        argv: the arguments (default ``sys.argv[1:]``).
+        after_train: ``after_train(trainer, script_args, dataset) -> lines`` printed with the summary.
+        rollouts: whether the run trains on graded samples of the policy (GRPO): parse
+            :class:`~trl_explore.readiness.ReadinessArguments`, run the readiness check and the "nothing is learned"
+            watch; refuse training rows without a gold answer. False for SFT, whose loss on given solutions needs
+            none of these.
+
+    Returns:
+        The trained trainer (its process group already ended).
+    """
+    import time
 
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
@@ -348,8 +392,10 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
     with user_errors(tag, debug):  # before training: a bad option, data set, Hub access or geometry is one line
         script_cls = script_cls or DataArguments
-        types, sections = script_dataclasses(script_cls, config_cls)
-        script_args, eval_args, ready_args, training_args, model_args = parse_args(types, recipe, argv, sections)
+        types, sections = script_dataclasses(script_cls, config_cls, rollouts)
+        parsed = parse_args(types, recipe, argv, sections)
+        script_args, eval_args, training_args, model_args = parsed[0], parsed[1], parsed[-2], parsed[-1]
+        ready_args = parsed[2] if rollouts else None
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -368,14 +414,10 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         offline = hasattr(training_args, "offline_completions_column")  # OGER's rows carry their teachers
         dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
                                      tokenizer=tokenizer,
-                                     offline_column=getattr(training_args, "offline_completions_column", ""))
+                                     offline_column=getattr(training_args, "offline_completions_column", ""),
+                                     require_answer=rollouts)  # SFT grades nothing while training: no gold needed
         dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
-        if own_eval is not None and training_args.eval_strategy != "no":  # TRL's evaluation loop: eval_reward
-            if not hasattr(training_args, "offline_completions_column"):
-                own_eval = own_eval.select_columns(["prompt", "answer", "problem_id"])
-        trainer = trainer_cls(model_name, args=training_args, train_dataset=dataset,
-                              eval_dataset=own_eval if training_args.eval_strategy != "no" else None,
-                              peft_config=get_peft_config(model_args))
+        trainer, lines = build_trainer(model_name, training_args, model_args, dataset, own_eval)
         if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
             path = save_heldout_problems(own_eval, training_args.output_dir)
             print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on), "
@@ -384,8 +426,9 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
         use_compact_logs(trainer)
         if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
             print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
-        trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing is learned
-        if ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
+        if rollouts:
+            trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing learned
+        if rollouts and ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
             if trainer.accelerator.is_main_process:
                 print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
                       f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)
@@ -410,7 +453,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     trainer.train(resume_from_checkpoint=resume)
-    lines = tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ()
+    lines = tuple(lines) + (tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ())
     if evaluator is not None:
         after = evaluator("after")  # every process takes part (the others wait for the main one)
         before = evaluator.results.get("before")
@@ -418,7 +461,7 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
             lines += (f"held-out evaluation before and after training ({evaluator.took('after')} after):",
                       *evaluator.change_tables())
             save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
-    finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
-               tuple(f"{c.name}/" for c in trainer.components), time.perf_counter() - start, lines=lines)
+    finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag, tuple(metric_prefixes(trainer)),
+               time.perf_counter() - start, lines=lines)
     trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)
     return trainer

@@ -5,9 +5,10 @@ trajectories of the same multi-teacher data the RL methods train on.
   (the offline column, how many teacher solutions per prompt, the grader and the longest solution kept).
 * :func:`teacher_sft_dataset`: one prompt-completion row per (prompt, teacher solution), in TRL's conversational
   prompt-completion format (the loss covers the completion only, TRL's default for that format).
-* :func:`run_sft`: what ``examples/train_sft.py`` does, with the conventions of the other scripts
-  (:func:`trl_explore.cli.run_training`): the default recipe without ``--config``, the data options first in
-  ``--help``, the held-out evaluation before and after, the saved model, its card and one summary.
+* :func:`run_sft`: what ``examples/train_sft.py`` does, the run the other scripts share
+  (:func:`trl_explore.cli.run_recipe`): the default recipe without ``--config``, the data options first in
+  ``--help``, one-line user errors, your own held-out split, the held-out evaluation before and after, the saved
+  model, its card and one summary; :func:`build_sft_trainer` is the part that differs.
 
 Paper (OGER, Ma et al. 2026, §4.1 and App. B): "supervised fine-tuning of the backbone directly on the offline teacher
 trajectories", learning rate 1e-5, 2,000 steps for Qwen2.5-Math-1.5B.
@@ -116,11 +117,55 @@ def teacher_sft_dataset(dataset, offline_column: str = "offline_completions", te
     return Dataset.from_list(rows)
 
 
+SFT_METRICS = ("loss", "mean_token_accuracy", "entropy", "num_tokens")
+"""The logged metrics the SFT run's summary shows (their last values)."""
+
+
+def sft_eval_rows(own_eval, offline_column: str, teachers_per_prompt: int | None):
+    """TRL's ``eval_dataset`` for the SFT baseline: the teacher solutions of your own held-out problems, on which
+    ``--eval_strategy steps`` logs ``eval_loss``.
+
+    Raises:
+        ValueError: the held-out rows have no column ``offline_column`` (naming their columns and the fix).
+    """
+    if offline_column not in own_eval.column_names:
+        raise ValueError(f"eval_strategy: the SFT baseline's evaluation loop measures the loss on the held-out "
+                         f"problems' teacher solutions, and the evaluation data has no column {offline_column!r} (its "
+                         f"columns: {own_eval.column_names}); set --eval_strategy no (--eval_heldout still grades "
+                         f"sampled answers on them)")
+    return teacher_sft_dataset(own_eval, offline_column, teachers_per_prompt)
+
+
+def build_sft_trainer(model_name, training_args, model_args, rows, own_eval):
+    """``SFTTrainer`` on the teacher solutions of ``rows`` (:func:`teacher_sft_dataset`), with the policy's tokenizer;
+    the ``build_trainer`` of :func:`trl_explore.cli.run_recipe`.
+
+    Returns:
+        The trainer and the summary line ``"<n> teacher solutions of <m> prompts"``.
+    """
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer, get_peft_config
+
+    from trl_explore.defaults import resolve_model_path
+
+    model_path = resolve_model_path(model_name)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    column, per_prompt = training_args.offline_completions_column, training_args.teachers_per_prompt
+    dataset = teacher_sft_dataset(rows, column, per_prompt)
+    eval_dataset = None
+    if own_eval is not None and training_args.eval_strategy != "no":
+        eval_dataset = sft_eval_rows(own_eval, column, per_prompt)
+    trainer = SFTTrainer(model_path, args=training_args, train_dataset=dataset, eval_dataset=eval_dataset,
+                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    return trainer, (f"{len(dataset)} teacher solutions of {len(rows)} prompts",)
+
+
 def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
-    """Parse, load the data, train ``SFTTrainer`` on the teacher solutions, evaluate before and after, save. Your own
-    held-out problems come as in the RL scripts (``eval_fraction``, ``eval_dataset_split``, ``eval_dataset_name``:
-    :mod:`trl_explore.evaluation.own_data`); user errors before training are one line (``trl_explore.cli.user_errors``;
-    ``--debug`` shows the traceback).
+    """Parse, load the data, train ``SFTTrainer`` on the teacher solutions, evaluate before and after, save: the
+    training scripts' run (:func:`trl_explore.cli.run_recipe`: one-line user errors, ``--debug``, your own held-out
+    problems with ``--eval_fraction`` / ``--eval_dataset_split`` / ``--eval_dataset_name``) without the readiness
+    check, which asks whether sampled groups differ in reward: SFT samples nothing while training and learns from
+    every teacher token.
 
     Args:
         recipe: the YAML used when no ``--config`` is given.
@@ -130,68 +175,7 @@ def run_sft(recipe, tag: str = "train_sft", argv: Sequence[str] | None = None):
     Returns:
         The trained ``SFTTrainer`` (its process group already ended).
     """
-    import sys
-    import time
+    from trl_explore.cli import run_recipe
 
-    from transformers import AutoTokenizer
-    from trl import ModelConfig, SFTTrainer, get_peft_config
-
-    from trl_explore.cli import model_init_kwargs, parse_args, take_debug_flag, user_errors
-    from trl_explore.data.gold_normalizers import gold_normalizer_for
-    from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.defaults import resolve_model_path
-    from trl_explore.evaluation.heldout import HeldoutEvalArguments, save_heldout
-    from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
-    from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
-    from trl_explore.hub import check_hub_access
-    from trl_explore.reporting import filter_known_warnings, finish_run
-
-    filter_known_warnings()
-    argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
-    with user_errors(tag, debug):  # before training: a bad option or data set is one line, as in the RL scripts
-        script_args, eval_args, training_args, model_args = parse_args(
-            (DataArguments, HeldoutEvalArguments, SFTBaselineConfig, ModelConfig), recipe, argv,
-            sections=(DataArguments, HeldoutEvalArguments))
-        check_hub_access(training_args)
-        if training_args.gold_normalizer == "none":
-            training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
-        start = time.perf_counter()
-        training_args.model_init_kwargs = model_init_kwargs(model_args)
-        model_path = resolve_model_path(model_args.model_name_or_path or "embedded")
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        rows = load_training_data(script_args, training_args.max_completion_length, offline=True,
-                                  tokenizer=tokenizer if script_args.max_prompt_tokens is not None else None,
-                                  offline_column=training_args.offline_completions_column, require_answer=False)
-        rows, own_eval = training_and_eval_data(script_args, rows, seed=training_args.seed)  # your held-out problems
-        dataset = teacher_sft_dataset(rows, training_args.offline_completions_column,
-                                      training_args.teachers_per_prompt)
-        trainer = SFTTrainer(model_path, args=training_args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=get_peft_config(model_args))
-        if own_eval is not None and trainer.accelerator.is_main_process:  # as the RL scripts: saved for evaluate.py
-            path = save_heldout_problems(own_eval, training_args.output_dir)
-            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(rows)} to train on), "
-                  f"saved to {path}", flush=True)
-        evaluator = None
-        if eval_args.eval_heldout:
-            evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
-                                         problems=own_eval)
-            before = evaluator("before")
-            if before is not None:  # a table per prompt format (as the training scripts print it)
-                tables = "\n".join(evaluator.before_tables())
-                print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
-                      flush=True)
-    resume = training_args.resume_from_checkpoint
-    resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
-    trainer.train(resume_from_checkpoint=resume)
-    lines = (f"{len(dataset)} teacher solutions of {len(rows)} prompts",)
-    if evaluator is not None:
-        after = evaluator("after")
-        before = evaluator.results.get("before")
-        if after is not None and before is not None:
-            lines += (f"held-out evaluation before and after training ({evaluator.took('after')} after):",
-                      *evaluator.change_tables())
-            save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
-    finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag,
-               ("loss", "mean_token_accuracy", "entropy", "num_tokens"), time.perf_counter() - start, lines=lines)
-    trainer.accelerator.end_training()
-    return trainer
+    return run_recipe(SFTBaselineConfig, recipe, tag, build_sft_trainer, lambda trainer: SFT_METRICS, argv=argv,
+                      rollouts=False)
