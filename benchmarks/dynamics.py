@@ -283,6 +283,14 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     (folder / "result.json").write_text(json.dumps(result, indent=1, default=float))
 
 
+def workers(args) -> int:
+    """Runs at once: ``--workers-file``'s number when that file holds one, else ``--workers``."""
+    try:
+        return max(1, int(args.workers_file.read_text().strip()))
+    except (AttributeError, OSError, ValueError):
+        return args.workers
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(CORE) + list(CONTROLS), choices=list(METHODS))
@@ -293,6 +301,9 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads of each run (default: torch's)")
     parser.add_argument("--workers", type=int, default=1,
                         help="runs at once (on a 2-core machine: 2 workers with --threads 1)")
+    parser.add_argument("--workers-file", type=pathlib.Path, default=None,
+                        help="a file holding a number of workers, read before each start: change it while the study "
+                             "runs (e.g. 1 while something else shares the machine, 2 after)")
     parser.add_argument("--report-only", action="store_true", help="aggregate and plot the finished runs only")
     parser.add_argument("--commit", action="store_true",
                         help="git-commit each run's result.json as soon as it ends (long studies)")
@@ -321,7 +332,7 @@ def main(argv=None) -> None:
                 if not (run_dir(args.out, m, seed) / "result.json").is_file()]
         running: list[tuple[str, int, subprocess.Popen, float, object]] = []
         while todo or running:
-            while todo and len(running) < args.workers:
+            while todo and len(running) < workers(args):
                 job = next_run(todo, [entry[0] for entry in running])
                 if job is None:  # only steered runs are left and one is going
                     break
