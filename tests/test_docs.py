@@ -62,6 +62,9 @@ NOT_RUN = {
     ("docs/reproduction.md",
      "nice -n 5 python benchmarks/dynamics.py --workers 2 --threads 1   # resumable; --report-only: tables, plots"):
         "the dynamics study: about 90 minutes of two cores",
+    ("docs/reproduction.md",
+     "nohup nice -n 5 bash benchmarks/run_collapse_study.sh > collapse.log 2>&1 &   # resumable; commits each run"):
+        "the collapse study: hours of the machine, across sessions",
     ("docs/evaluation.md",
      "python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \\"):
         "Hub benchmarks and a Hub model; GPU hours",
