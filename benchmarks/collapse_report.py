@@ -29,7 +29,7 @@ from dynamics_report import (
     _heldout_figure,
     _step_figure,
     heldout_entries,
-    load_runs,
+    load_study,
     per_problem,
     run_scalars,
     series,
@@ -338,15 +338,10 @@ def plot_all(out: pathlib.Path, by_method: dict, methods: dict, order: list[str]
 def report(out: pathlib.Path, methods: dict) -> dict:
     """Write ``summary.json``, ``collapse.md`` and the ``collapse_*.png`` figures from the finished runs under
     ``out``, print the markdown; returns the summary (empty without a finished run)."""
-    runs = load_runs(out)
-    if not runs:
-        print(f"[collapse] no finished run under {out / 'runs'}")
+    study = load_study(out, methods, "collapse")
+    if study is None:
         return {}
-    start = json.loads((out / "start_eval.json").read_text()) if (out / "start_eval.json").is_file() else None
-    by_method: dict[str, list[dict]] = {}
-    for run in runs:
-        by_method.setdefault(run["method"], []).append(run)
-    order = [m for m in methods if m in by_method]
+    runs, start, by_method, order = study
     formats = tuple(f for f in FORMATS if all(f in (r.get("heldout_by_format") or {"training": 0}) for r in runs))
     scalars = {m: {r["seed"]: collapse_scalars(r, formats) for r in by_method[m]} for m in order}
     table = {m: {key: spread([s.get(key) for s in scalars[m].values()])

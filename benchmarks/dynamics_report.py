@@ -173,17 +173,27 @@ CONTROLS_OF = {"oger": ("oger_batchscale", "oger_norefine"), "ase": ("ase_random
 """Each control is also compared with the method it changes one setting of."""
 
 
-def report(out: pathlib.Path, methods: dict) -> dict:
-    """Write ``summary.json``, ``dynamics.md`` and the plots from the finished runs; returns the summary."""
+def load_study(out: pathlib.Path, methods: dict, tag: str):
+    """A study's finished runs: ``(runs, start, by_method, order)`` with ``start`` the parsed ``start_eval.json`` (or
+    None), ``by_method`` the runs grouped by method and ``order`` the methods of ``methods`` that ran; None (after a
+    ``[tag]`` line saying so) when no run has finished."""
     runs = load_runs(out)
     if not runs:
-        print(f"[dynamics] no finished run under {out / 'runs'}")
-        return {}
+        print(f"[{tag}] no finished run under {out / 'runs'}")
+        return None
     start = json.loads((out / "start_eval.json").read_text()) if (out / "start_eval.json").is_file() else None
     by_method: dict[str, list[dict]] = {}
     for run in runs:
         by_method.setdefault(run["method"], []).append(run)
-    order = [m for m in methods if m in by_method]
+    return runs, start, by_method, [m for m in methods if m in by_method]
+
+
+def report(out: pathlib.Path, methods: dict) -> dict:
+    """Write ``summary.json``, ``dynamics.md`` and the plots from the finished runs; returns the summary."""
+    study = load_study(out, methods, "dynamics")
+    if study is None:
+        return {}
+    runs, start, by_method, order = study
     scalars = {m: [run_scalars(r) for r in by_method[m]] for m in order}
     table = {m: {key: spread([s.get(key) for s in scalars[m]]) for key in sorted({k for s in scalars[m] for k in s})}
              for m in order}
