@@ -128,6 +128,22 @@ def test_a_data_set_without_answer_is_refused_when_loaded_naming_its_columns(tmp
     assert f"required: {required}." in message
     assert "rename_columns({'solution': 'answer'})" in message  # the real fix: the scripts have no rename option
     assert "answer_column" not in message and "\n" not in message
+    assert f"load_from_disk({folder!r}).rename_columns(" in message  # a saved folder is loaded from disk
+
+
+@pytest.mark.parametrize("suffix, builder", [("jsonl", "json"), ("csv", "csv")])
+def test_the_rename_hint_loads_a_data_file_with_its_builder(tmp_path, suffix, builder):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    path = tmp_path / f"data.{suffix}"
+    if suffix == "jsonl":
+        path.write_text(json.dumps({"prompt": "What is 1 + 1?", "solution": "2"}) + "\n")
+    else:
+        path.write_text("prompt,solution\nWhat is 1 + 1?,2\n")
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=str(path)), 64, offline=False)
+    assert (f"load_dataset({builder!r}, data_files={str(path)!r}, split='train').rename_columns({{'solution': "
+            f"'answer'}})") in str(err.value)
 
 
 def test_a_data_set_without_prompt_names_the_column_to_rename(tmp_path):

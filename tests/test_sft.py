@@ -144,7 +144,8 @@ def test_bad_sft_data_is_one_line_and_debug_shows_the_exception(tmp_path, capsys
     with pytest.raises(SystemExit):
         _run_sft(tmp_path, "--dataset_name", str(no_teachers))
     err = _error_lines(capsys.readouterr().err)
-    assert len(err) == 1 and "has no column 'offline_completions'" in err[0]
+    assert len(err) == 1 and "has no column 'offline_completions', where SFT reads" in err[0]
+    assert "ASE-GRPO" not in err[0]  # the baseline needs teachers: no pointer to a method without them
     held_out = tmp_path / "held_out.jsonl"
     held_out.write_text(json.dumps({"prompt": PROMPT_B, "answer": "4", "problem_id": "b"}) + "\n")
     argv = ("--ladder_levels", "one_digit", "--max_train_samples", "2", "--eval_dataset_name", str(held_out),
@@ -173,7 +174,7 @@ def test_sft_evaluates_your_own_held_out_problems(tmp_path, tiny_model_dir, caps
     printed = capsys.readouterr().out
     assert "[t] your own evaluation set: 2 held-out problems (6 to train on)" in printed
     assert "[t] 24 teacher solutions of 6 prompts" in printed  # 4 teacher styles per ladder problem
-    assert "[t] held-out evaluation before training on your held-out problems" in printed
+    assert "[t] held-out evaluation before training on your held-out problems: 2 problems, 1 sample" in printed
     held = json.loads((out / "heldout_eval.json").read_text())["after"]["result"]["problem_ids"]
     assert len(set(held)) == 2 and not set(held) & set(trainer.train_dataset["problem_id"])
     assert len(trainer.eval_dataset) == 8 and set(trainer.eval_dataset["problem_id"]) == set(held)

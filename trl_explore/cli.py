@@ -415,7 +415,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         dataset = load_training_data(script_args, training_args.max_completion_length, offline=offline,
                                      tokenizer=tokenizer,
                                      offline_column=getattr(training_args, "offline_completions_column", ""),
-                                     require_answer=rollouts)  # SFT grades nothing while training: no gold needed
+                                     require_answer=rollouts,  # SFT grades nothing while training: no gold needed
+                                     teacher_use="OGER" if rollouts else "SFT")
         dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
         trainer, lines = build_trainer(model_name, training_args, model_args, dataset, own_eval)
         if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
@@ -440,11 +441,15 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
             evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
                                          problems=own_eval)
             if trainer.accelerator.is_main_process:  # the evaluation shows progress bars; say what it is first
-                where = "your held-out problems" if own_eval is not None else f"{eval_args.eval_benchmark} " \
-                                                                              f"{eval_args.eval_split}"
-                print(f"[{tag}] held-out evaluation before training on {where}: {eval_args.eval_problems} problems "
-                      f"at most, {eval_args.eval_samples} samples" + (" + 1 greedy" if eval_args.eval_greedy else "")
-                      + " each (--eval_heldout false skips it) ...", flush=True)
+                if evaluator.problems is not None:  # your own held-out rows: their number is known
+                    where, count = "your held-out problems", f"{len(evaluator.problems)} problems"
+                else:
+                    where = f"{eval_args.eval_benchmark} {eval_args.eval_split}"
+                    count = f"{eval_args.eval_problems} problems at most"
+                samples = f"{eval_args.eval_samples} sample" + ("s" if eval_args.eval_samples != 1 else "")
+                print(f"[{tag}] held-out evaluation before training on {where}: {count}, {samples}"
+                      + (" + 1 greedy" if eval_args.eval_greedy else "") + " each (--eval_heldout false skips it) ...",
+                      flush=True)
             before = evaluator("before")
             if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
                 tables = "\n".join(evaluator.before_tables())

@@ -79,6 +79,21 @@ COLUMN_PURPOSES = {"prompt": "the problem the policy is asked", "answer": "each 
 """What the scripts read from each column they require (for the error that names a missing one)."""
 
 
+def _reload_call(dataset_name: str) -> str:
+    """The ``datasets`` call that loads ``dataset_name`` as the scripts do, for a rename hint: a data file's builder
+    (``json`` for .jsonl), ``load_from_disk`` for a saved folder, ``load_dataset`` for a Hub id."""
+    import os
+
+    from trl_explore.data.loading import DATA_FILE_TYPES
+
+    suffix = dataset_name.rsplit(".", 1)[-1]
+    if suffix in DATA_FILE_TYPES and not os.path.isdir(os.path.expanduser(dataset_name)):
+        return f"load_dataset({DATA_FILE_TYPES[suffix]!r}, data_files={dataset_name!r}, split='train')"
+    if os.path.isdir(os.path.expanduser(dataset_name)):
+        return f"load_from_disk({dataset_name!r})"
+    return f"load_dataset({dataset_name!r}, split='train')"
+
+
 def check_script_columns(dataset, dataset_name: str, required) -> None:
     """Refuse, when the data is loaded, a data set without the columns a training script reads by name (``prompt``,
     ``answer``; the scripts have no option that renames them), and a row whose gold ``answer`` is empty.
@@ -105,7 +120,7 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
         raise ValueError(
             f"dataset {dataset_name!r} has no column {' or '.join(repr(c) for c in missing)} ({what}); its columns: "
             f"{columns}; required: {', '.join(required)}. The scripts read these columns by name: rename yours with "
-            f"datasets and pass the saved folder, e.g. load_from_disk(...).rename_columns({{{example}}})"
+            f"datasets and pass the saved folder, e.g. {_reload_call(dataset_name)}.rename_columns({{{example}}})"
             f".save_to_disk('my-data') (docs/own-data.md)"
         )
     if "answer" in required:
@@ -117,7 +132,8 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
 
 
 def load_training_data(data_args: DataArguments, max_completion_length: int, offline: bool = True, tokenizer=None,
-                       offline_column: str = "offline_completions", require_answer: bool = True):
+                       offline_column: str = "offline_completions", require_answer: bool = True,
+                       teacher_use: str = "OGER"):
     """The training split named by ``data_args``, with ``prompt``, ``answer`` and ``problem_id`` columns, and the
     offline columns when ``offline`` (OGER).
 
@@ -129,6 +145,8 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     Args:
         require_answer: refuse a data set without an ``answer`` column or with an empty gold (default True; the SFT
             baseline, which grades nothing during training, passes False).
+        teacher_use: who reads the teacher column, for the message when it is missing: ``"OGER"`` (default; the
+            message also points to ASE-GRPO, which needs no teachers) or ``"SFT"`` (the baseline trains on them).
 
     Raises:
         ValueError: no ``prompt`` column, or (``require_answer``) no ``answer`` column or an empty gold
@@ -150,12 +168,13 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     required = ["prompt", *(["answer"] if require_answer else []), *([offline_column] if offline else [])]
     check_script_columns(dataset, data_args.dataset_name, required)
     if offline and dataset.column_names is not None and offline_column not in dataset.column_names:
+        other = (", or train without teachers with ASE-GRPO (examples/train_ase_grpo.py), which needs none"
+                 if teacher_use == "OGER" else "")
         raise ValueError(
-            f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where OGER reads each prompt's "
-            f"teacher solutions; its columns: {dataset.column_names}. Add the column (a list of teacher solutions "
-            f"per row; an empty list means no teacher, which --min_offline_completions 0 keeps), name the column "
-            f"yours is in with --offline_completions_column, or train without teachers with ASE-GRPO "
-            f"(examples/train_ase_grpo.py), which needs none"
+            f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where {teacher_use} reads each "
+            f"prompt's teacher solutions; its columns: {dataset.column_names}. Add the column (a list of teacher "
+            f"solutions per row; an empty list means no teacher, which --min_offline_completions 0 keeps) or name "
+            f"the column yours is in with --offline_completions_column{other}"
         )
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _prompt_key(row["prompt"])[:16]})
