@@ -77,6 +77,7 @@ COLLAPSE = {
     "end_eval_samples": 16,  # the training format's start and end; the neutral format keeps eval_samples
     "eval_batch_size": 64,
     "eval_neutral_format": True,
+    "share_prompt_forward": True,  # each group's prompt run once in the loss and scoring forwards: 0.50x the time
 }
 """The collapse-regime study (issue 28 item 3): one-digit problems, 4 prompts x 4 samples, 30 steps at lr 3e-5, where
 plain GRPO's online-token entropy collapses; held-out in both prompt formats, pass@k up to 16 at the start and end.
@@ -210,7 +211,7 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
         learning_rate=settings["learning_rate"], entropy_coef=settings["entropy_coef"], beta=0.0,
         temperature=settings["temperature"], max_completion_length=settings["max_completion_length"], logging_steps=1,
         save_strategy="no", report_to="none", bf16=False, use_cpu=True, seed=seed, gradient_checkpointing=False,
-        log_completions=False, disable_tqdm=True,
+        log_completions=False, disable_tqdm=True, share_prompt_forward=settings.get("share_prompt_forward", False),
     )  # fmt: skip
     components = []
     if kind == "grpo":

@@ -104,6 +104,12 @@ class ExplorationConfig(GRPOConfig):
             /proc/cpuinfo; `avx512_bf16` alone was measured slower than float32), else float32. Sets `use_cpu` and
             `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on a GPU, where
             `bf16` / `fp16` keep TRL's meaning.
+        share_prompt_forward (`bool`, defaults to `False`):
+            Score completions with each group's prompt run once (`trl_explore.prefix_forward`): the prompt's key/value
+            cache is repeated over the group's rows, so a forward reads `P - 1 + G (T + 1)` columns a group instead
+            of `G (P + T)`. The same log-probs and entropies to float rounding. Used where it applies (one process,
+            no wrapper, no gradient checkpointing, no PEFT, no forward hook on the model, rotary or ALiBi
+            positions); TRL's forward elsewhere.
 
     Raises:
         ValueError: an unknown name for a TRL option with a closed set of values (`check_trl_choices`) or for
@@ -133,6 +139,14 @@ class ExplorationConfig(GRPOConfig):
                           "for loss, rollouts and held-out evaluation) or 'float32'. Sets use_cpu and bf16; an "
                           "explicit bf16 wins over 'auto'. Not read on a GPU.",
                   "choices": list(CPU_PRECISIONS)},
+    )
+
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={"help": "Run each group's prompt once in the loss and scoring forwards and repeat its key/value "
+                          "cache over the group's completions (same values to float rounding; faster when prompts "
+                          "are long beside completions). Used on one process without gradient checkpointing, "
+                          "PEFT or forward hooks; TRL's forward otherwise."},
     )
 
     def __post_init__(self):

@@ -10,6 +10,7 @@ import torch
 
 from trl_explore.components import Forward
 from trl_explore.positions import mask_positions
+from trl_explore.prefix_forward import can_share_prompt, group_chunks, shared_prompt_forward, shared_prompt_groups
 from trl_explore.sampler_settings import processed_logits, token_logps_and_entropy
 
 
@@ -17,13 +18,40 @@ class TeacherForcedMixin:
     """``_trl_forward``, ``policy_forward`` and ``behaviour_forward`` (below); the driver provides
     ``behaviour_context`` and ``sampler``."""
 
-    def _trl_forward(self, model, *args, **kwargs):
+    def _trl_forward(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                     compute_aux_loss=False, **extra):
         """TRL's ``_get_per_token_logps_and_entropies`` with position ids taken from the attention mask, as
         ``generate`` numbers them. TRL builds the model inputs inside that method (ids, mask, multimodal keys) and
         has no ``position_ids`` argument, so :func:`~trl_explore.positions.mask_positions` passes them through a
-        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged."""
+        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged.
+
+        With ``share_prompt_forward`` (text only, no auxiliary loss,
+        :func:`~trl_explore.prefix_forward.can_share_prompt`) each group's prompt is run once instead
+        (:mod:`trl_explore.prefix_forward`), in chunks of whole groups of about ``batch_size`` rows; the same values
+        to float rounding."""
+        if (getattr(self.args, "share_prompt_forward", False) and not compute_aux_loss
+                and all(value is None for value in extra.values())):
+            groups = shared_prompt_groups(input_ids, attention_mask, logits_to_keep)
+            if groups is not None and can_share_prompt(model, self.accelerator.num_processes):
+                return self._shared_prompt_forward(model, input_ids, attention_mask, logits_to_keep, groups,
+                                                   batch_size, compute_entropy)
         with mask_positions(model):
-            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                              batch_size, compute_entropy=compute_entropy,
+                                                              compute_aux_loss=compute_aux_loss, **extra)
+
+    def _shared_prompt_forward(self, model, input_ids, attention_mask, logits_to_keep, groups, batch_size,
+                               compute_entropy):
+        logps, entropies = [], []
+        for chunk in group_chunks(groups, batch_size):
+            first, last = chunk[0][0], chunk[-1][1]
+            local = [(start - first, end - first) for start, end in chunk]
+            with self.accelerator.autocast():
+                lp, ent = shared_prompt_forward(model, input_ids[first:last], attention_mask[first:last],
+                                                logits_to_keep, local, compute_entropy=compute_entropy)
+            logps.append(lp)
+            entropies.append(ent)
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
     def _teacher_forced_batch(self, prompt_ids: list, completion_ids: list):
         """``(input_ids [B, P + T], attention_mask, completion_ids [B, T])`` on the device: left-padded prompts,
