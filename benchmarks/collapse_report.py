@@ -48,6 +48,9 @@ CORE = ("grpo", "oger", "oger_noreward", "ase", "oger_ase")
 SAMPLING_KEYS = ("dynamics/online_entropy", "completions/mean_length")
 SAME_SAMPLING = ("grpo", "oger", "oger_noreward")
 """Methods whose step-1 samples of one seed are expected to match (OGER replaces rows after sampling)."""
+SAME_ONLINE_ROWS = (("grpo",), ("oger", "oger_noreward"))
+"""Groups of :data:`SAME_SAMPLING` whose step-1 online rows match too: OGER's online-token entropy leaves out the
+row it replaced by an offline one, so it is compared with OGER's, never with GRPO's."""
 STEP_ROWS = (
     "dynamics/online_entropy (first)", "dynamics/online_entropy (run)", "dynamics/online_entropy (late)",
     "dynamics/failed_ratio (run)", "dynamics/failed_ratio (late)", "dynamics/mixed_groups (run)",
@@ -182,7 +185,9 @@ def comparison_pairs(order: list[str]) -> list[tuple[str, str]]:
 
 def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
     """``{seed: {method: {key: value at step 1}}, "same": ...}``: the first step's :data:`SAMPLING_KEYS` of every
-    run; ``same`` is True when the :data:`SAME_SAMPLING` runs of the seed (two or more) log equal values (1e-6)."""
+    run; ``same`` is True when the :data:`SAME_SAMPLING` runs of the seed (two or more) log equal step-1 lengths
+    (1e-6; the rollout before OGER's replacement) and equal online-token entropies within each
+    :data:`SAME_ONLINE_ROWS` group."""
     out: dict[int, dict] = {}
     for m, runs in by_method.items():
         for run in runs:
@@ -192,10 +197,14 @@ def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
                 values[key] = next((v for s, v in zip(steps, logged) if s == 1), None)
             out.setdefault(run["seed"], {"methods": {}})["methods"][m] = values
     for entry in out.values():
+        def equal(runs: list[dict], key: str) -> bool:
+            return all(v[key] is not None and runs[0][key] is not None and abs(v[key] - runs[0][key]) <= 1e-6
+                       for v in runs)
+
         trio = [entry["methods"][m] for m in SAME_SAMPLING if m in entry["methods"]]
-        entry["same"] = len(trio) >= 2 and all(
-            v[key] is not None and trio[0][key] is not None and abs(v[key] - trio[0][key]) <= 1e-6
-            for v in trio for key in SAMPLING_KEYS)
+        groups = [[entry["methods"][m] for m in group if m in entry["methods"]] for group in SAME_ONLINE_ROWS]
+        entry["same"] = (len(trio) >= 2 and equal(trio, "completions/mean_length")
+                         and all(equal(g, "dynamics/online_entropy") for g in groups if g))
     return dict(sorted(out.items()))
 
 
@@ -274,7 +283,9 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
         lines += [f"\nNo seed shared with {', '.join(apart)}." if apart else "", ""]
     lines += ["## Step-1 sampling", "",
               f"Step-1 {' / '.join(SAMPLING_KEYS)} of every run; the same seed's {', '.join(SAME_SAMPLING)} runs "
-              "log equal values only if they sampled step 1 identically.", "",
+              "log equal lengths only if they sampled step 1 identically (the rollout, before OGER's replacement); "
+              "OGER's online-token entropy leaves out the replaced row, so it is compared with OGER's (w/o reward), "
+              "not with GRPO's.", "",
               "| seed | " + " | ".join(methods[m][0] for m in order) + f" | equal ({', '.join(SAME_SAMPLING)}) |",
               "|---|" + "---|" * (len(order) + 1)]
     for seed, entry in summary["step1"].items():

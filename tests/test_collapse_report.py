@@ -63,11 +63,12 @@ def study(tmp_path):
     grpo_counts = {0: [0, 1, 2, 3], 1: [1, 0, 3, 2]}
     for seed in (0, 1):
         write_run(tmp_path, "grpo", seed, grpo_entropy(seed), grpo_counts[seed])
-        # OGER: one more correct sample on every problem; the same step-1 entropy, seed 1 a longer step-1 length
-        write_run(tmp_path, "oger", seed, lambda s, e=grpo_entropy(seed): e(1) if s == 1 else 0.8,
+        # OGER: one more correct sample on every problem; a step-1 online-token entropy of its own (the replaced row
+        # left out), seed 1 a longer step-1 length
+        write_run(tmp_path, "oger", seed, lambda s: 1.2 if s == 1 else 0.8,
                   [c + 1 for c in grpo_counts[seed]], first_length=20.0 + seed, oger=True)
         write_run(tmp_path, "ase", seed, lambda s: 0.6, [2, 2, 2, 2], bank=True)
-    write_run(tmp_path, "oger_noreward", 0, grpo_entropy(0), [1, 1, 1, 1], oger=True)  # seed 0 only
+    write_run(tmp_path, "oger_noreward", 0, lambda s: 1.2 if s == 1 else 0.05, [1, 1, 1, 1], oger=True)  # seed 0
     write_run(tmp_path, "ase_random", 1, lambda s: 0.5, [2, 2, 2, 2], bank=True)  # seed 1 only
     return tmp_path
 
@@ -119,7 +120,7 @@ def test_collapse_report_values_and_figures(study, load_script, monkeypatch, cap
     assert table["ase"]["ase/cluster_share_min (updates)"]["mean"] == pytest.approx(0.2)
 
     step1 = summary["step1"]
-    assert step1["0"]["same"] is True  # GRPO, OGER and OGER w/o reward log the same step-1 values
+    assert step1["0"]["same"] is True  # equal lengths; OGER's entropy (1.2) equals OGER w/o reward's, not GRPO's
     assert step1["1"]["same"] is False  # OGER's step-1 length differs
     assert step1["1"]["methods"]["oger"]["completions/mean_length"] == 21.0
 
@@ -132,3 +133,21 @@ def test_collapse_report_values_and_figures(study, load_script, monkeypatch, cap
     for name in ("training", "controls", "heldout_training", "heldout_neutral", "grpo_entropy", "ase_bank"):
         assert (study / f"collapse_{name}.png").stat().st_size > 10_000
     assert not (study / "dynamics.md").exists()
+
+
+def test_step1_check_compares_online_entropy_within_oger_only(load_script, monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(ROOT / "benchmarks"), *sys.path])
+    report = load_script("benchmarks/collapse_report.py", "collapse_report_script")
+
+    def run(method, entropy, length=30.0):
+        return {"seed": 0, "log_history": [{"step": 1, "dynamics/online_entropy": entropy,
+                                            "completions/mean_length": length}]}
+
+    same = report.step1_values({"grpo": [run("grpo", 1.39)], "oger": [run("oger", 1.52)],
+                                "oger_noreward": [run("oger_noreward", 1.52)]})
+    assert same[0]["same"] is True
+    apart = report.step1_values({"grpo": [run("grpo", 1.39)], "oger": [run("oger", 1.52)],
+                                 "oger_noreward": [run("oger_noreward", 1.50)]})
+    assert apart[0]["same"] is False  # the two OGER runs replaced different rows or sampled differently
+    longer = report.step1_values({"grpo": [run("grpo", 1.39)], "oger": [run("oger", 1.52, length=31.0)]})
+    assert longer[0]["same"] is False  # the rollouts differ
