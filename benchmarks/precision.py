@@ -58,8 +58,9 @@ def _trainer_classes(kind):
             "oger_ase": (OGERASETrainer, OGERASEConfig)}[kind]
 
 
-def build_trainer(kind: str, precision: str, steps: int, output_dir: str):
-    """The trainer of ``kind`` as its CPU recipe builds it, for ``steps`` steps in ``precision``."""
+def build_trainer(kind: str, precision: str, steps: int, output_dir: str, shared: bool = False):
+    """The trainer of ``kind`` as its CPU recipe builds it, for ``steps`` steps in ``precision``; ``shared`` turns
+    on ``share_prompt_forward`` (the package's trainers only)."""
     from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
     from trl_explore.cli import parse_args
@@ -69,6 +70,9 @@ def build_trainer(kind: str, precision: str, steps: int, output_dir: str):
     recipe = ROOT / "recipes" / RECIPES[kind]
     common = ["--max_steps", str(steps), "--output_dir", output_dir, "--log_completions", "false",
               "--save_strategy", "no", "--report_to", "none"]
+    if shared and kind == "grpo":
+        raise ValueError("share_prompt_forward is the package's option; plain TRL GRPO has no such field")
+    common += ["--share_prompt_forward", "true"] if shared else []
     if kind == "grpo":  # plain TRL at the main job's batch: read the GRPO fields of the main job's recipe
         from trl_explore import OGERConfig
 
@@ -86,6 +90,12 @@ def build_trainer(kind: str, precision: str, steps: int, output_dir: str):
         return GRPOTrainer(resolve_model_path("embedded"), reward_funcs=[default_verifier(args)], args=args,
                            train_dataset=dataset)
     trainer_cls, config_cls = _trainer_classes(kind)
+    if kind == "ase":  # its recipe carries the example script's own option (measure_rollout_overhead)
+        import dataclasses
+
+        DataArguments = dataclasses.make_dataclass(  # noqa: N806
+            "ASEScriptArguments", [("measure_rollout_overhead", bool, dataclasses.field(default=False))],
+            bases=(DataArguments,))
     data, _, args, _ = parse_args((DataArguments, HeldoutEvalArguments, config_cls, ModelConfig), recipe,
                                   ["--config", str(recipe), *common, "--cpu_precision", precision])
     offline = hasattr(args, "offline_completions_column")
@@ -94,8 +104,9 @@ def build_trainer(kind: str, precision: str, steps: int, output_dir: str):
     return trainer_cls("embedded", args=args, train_dataset=dataset)
 
 
-def run_one(kind: str, precision: str, steps: int) -> dict:
-    """Train ``steps`` steps in this process; per-step wall times, TRL's step_time, peak RSS."""
+def run_one(kind: str, precision: str, steps: int, shared: bool = False) -> dict:
+    """Train ``steps`` steps in this process; per-step wall times, TRL's step_time, peak RSS. The result's
+    ``precision`` reads ``"<precision>+shared"`` with ``shared`` (the shared-prompt forward)."""
     import torch
     from transformers import TrainerCallback
 
@@ -111,12 +122,13 @@ def run_one(kind: str, precision: str, steps: int) -> dict:
             cpu_times.append(time.process_time() - self.cpu_start)
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(kind, precision, steps, tmp)
+        trainer = build_trainer(kind, precision, steps, tmp, shared)
         trainer.add_callback(StepTimer())
         note = getattr(trainer, "precision_note", f"plain TRL, bf16={trainer.args.bf16}")
         trainer.train()
     history = trainer.state.log_history
-    return {"kind": kind, "precision": precision, "bf16": bool(trainer.args.bf16), "note": note,
+    return {"kind": kind, "precision": precision + ("+shared" if shared else ""), "bf16": bool(trainer.args.bf16),
+            "note": note,
             "step_seconds": times, "step_cpu_seconds": cpu_times,
             "trl_step_time": [h["step_time"] for h in history if "step_time" in h],
             "mean_length": [h.get("completions/mean_length") for h in history if "loss" in h],
@@ -173,7 +185,7 @@ LM head of a decoding step, the LM head over a step's completion tokens."""
 
 def matmul_comparison(repeats: int = 5) -> dict:
     """Milliseconds of CPU time of ``[m, k] @ [k, n]`` in float32, in bfloat16 (both operands bfloat16) and under
-    autocast with a float32 weight (cast at every call), one thread."""
+    autocast with a float32 weight (cast at every call), on the run's threads (``--threads``)."""
     import torch
 
     def ms(f):
@@ -203,7 +215,8 @@ def child(a) -> None:
 
     torch.set_num_threads(a.threads)
     if a.one:
-        result = run_one(a.one[0], a.one[1], a.steps)
+        precision, _, variant = a.one[1].partition("+")
+        result = run_one(a.one[0], precision, a.steps, shared=variant == "shared")
     else:
         result = {**rollout_comparison(a.rollout_repeats, a.tokens), "matmuls_ms": matmul_comparison()}
     pathlib.Path(a.result).write_text(json.dumps(result))
@@ -219,6 +232,9 @@ def summary(runs: list[dict]) -> dict:
             if (kind, "bfloat16") in step and (kind, "float32") in step}
         if ("oger", "bfloat16") in step and ("grpo", "float32") in step:
             out[f"main_job_bf16_over_trl_grpo_fp32_{clock}"] = step[("oger", "bfloat16")] / step[("grpo", "float32")]
+        if ("oger", "bfloat16+shared") in step and ("grpo", "float32") in step:
+            out[f"main_job_bf16_shared_over_trl_grpo_fp32_{clock}"] = (
+                step[("oger", "bfloat16+shared")] / step[("grpo", "float32")])
     return out
 
 
@@ -241,7 +257,7 @@ def markdown(report: dict) -> str:
         lines.append("")
     if report.get("rollout") and report["rollout"].get("matmuls_ms"):
         mm = report["rollout"]["matmuls_ms"]
-        lines += ["## Matmuls, one thread, CPU ms per call", "",
+        lines += [f"## Matmuls, {report['threads']} thread(s), CPU ms per call (summed over threads)", "",
                   "| product | " + " | ".join(next(iter(mm.values()))) + " | bfloat16 / float32 |",
                   "|---|" + "---|" * (len(next(iter(mm.values()))) + 1)]
         for name, v in mm.items():
@@ -266,13 +282,18 @@ def markdown(report: dict) -> str:
             lines.append(f"| main job (OGER, bfloat16) / plain TRL GRPO float32 step (target <= 0.5) | "
                          f"{s['main_job_bf16_over_trl_grpo_fp32_wall']:.2f} | "
                          f"{s['main_job_bf16_over_trl_grpo_fp32_cpu']:.2f} |")
+        if "main_job_bf16_shared_over_trl_grpo_fp32_wall" in s:
+            lines.append(f"| main job (OGER, bfloat16, shared-prompt forward) / plain TRL GRPO float32 step "
+                         f"(target <= 0.5) | {s['main_job_bf16_shared_over_trl_grpo_fp32_wall']:.2f} | "
+                         f"{s['main_job_bf16_shared_over_trl_grpo_fp32_cpu']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="grpo,oger,ase,oger_ase")
-    p.add_argument("--runs", help="explicit order, e.g. grpo:float32,oger:bfloat16 (instead of --kinds)")
+    p.add_argument("--runs", help="explicit order, e.g. grpo:float32,oger:bfloat16,oger:bfloat16+shared (instead "
+                                  "of --kinds; '+shared': with share_prompt_forward)")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first is warm-up)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--time-budget", type=float, default=1500, help="start no run after this many seconds")
