@@ -58,6 +58,9 @@ NOT_RUN = {
     ("docs/performance.md", "python benchmarks/overhead.py --model embedded --variants grpo,oger_full,ase "
                             "--repeats 5 --steps 1 --threads 1 \\"):
         "measurements: tens of minutes, on a quiet host",
+    ("docs/performance.md", "python benchmarks/precision.py --threads 2 --steps 3 "
+                            "--out benchmarks/results/precision_cpu_amx --runs \\"):
+        "measurements: about 40 minutes, on a quiet host with AMX",
     ("docs/grading.md", "python benchmarks/grader_agreement.py"): "downloads Math-Verify's sdist; minutes",
     ("docs/reproduction.md",
      "nice -n 5 python benchmarks/dynamics.py --workers 2 --threads 1   # resumable; --report-only: tables, plots"):

@@ -1,13 +1,21 @@
 """The shared-prompt forward (trl_explore.prefix_forward): TRL's log-probs, entropies and gradients with each group's
 prompt run once, where it applies, and TRL's own forward elsewhere."""
 
+import logging
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from trl.trainer.utils import add_fused_lm_head
 
 from trl_explore import OGERConfig, OGERTrainer
-from trl_explore.prefix_forward import can_share_prompt, group_chunks, shared_prompt_forward, shared_prompt_groups
+from trl_explore.prefix_forward import (
+    can_share_prompt,
+    group_chunks,
+    share_prompt_blocker,
+    shared_prompt_forward,
+    shared_prompt_groups,
+)
 from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
 
 PROMPT, COMPLETION = 5, 4
@@ -78,16 +86,31 @@ def test_equals_trls_forward_in_values_and_gradients(smollm2_tokenizer, arch, te
 
 def test_applies_only_where_the_forward_is_the_same(smollm2_tokenizer):
     model = make_tiny_causal_lm(smollm2_tokenizer)
-    assert can_share_prompt(model, num_processes=1)
+    assert can_share_prompt(model, num_processes=1) and share_prompt_blocker(model, 1) is None
     assert not can_share_prompt(model, num_processes=2)  # DDP / FSDP / DeepSpeed expect one forward call a step
+    assert share_prompt_blocker(model, 2).startswith("2 processes")
     handle = model.model.layers[0].register_forward_hook(lambda *args: None)  # e.g. ASE's steering
     assert not can_share_prompt(model, num_processes=1)
+    assert share_prompt_blocker(model, 1) == "forward hooks on model.layers.0"
     handle.remove()
     model.gradient_checkpointing_enable()
     assert not can_share_prompt(model, num_processes=1)
+    assert share_prompt_blocker(model, 1).startswith("gradient checkpointing is on")
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(smollm2_tokenizer), n_positions=32, n_embd=16, n_layer=1,
                                       n_head=2))  # absolute positions: left-padded columns would be read elsewhere
     assert not can_share_prompt(gpt2, num_processes=1)
+
+
+def test_a_run_that_cannot_share_says_why_once(tmp_path, smollm2_tokenizer, caplog):
+    """share_prompt_forward asked for where it cannot apply (gradient checkpointing): TRL's forward, one warning."""
+    args = OGERConfig(**tiny_oger_args(tmp_path, share_prompt_forward=True, gradient_checkpointing=True, max_steps=1))
+    trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=teacher_math_dataset(),
+                          processing_class=smollm2_tokenizer)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.forwards"):
+        trainer.train()
+    said = [r.getMessage() for r in caplog.records if r.name == "trl_explore.forwards"]
+    assert said == ["share_prompt_forward is on, but this forward runs TRL's: gradient checkpointing is on (it turns "
+                    "the key/value cache off)"]
 
 
 def test_oger_training_is_the_same_with_the_shared_forward(tmp_path, smollm2_tokenizer, monkeypatch):

@@ -6,12 +6,16 @@ that provides TRL's forward with positions from the attention mask (``_trl_forwa
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from trl_explore.components import Forward
 from trl_explore.positions import mask_positions
-from trl_explore.prefix_forward import can_share_prompt, group_chunks, shared_prompt_forward, shared_prompt_groups
+from trl_explore.prefix_forward import group_chunks, share_prompt_blocker, shared_prompt_forward, shared_prompt_groups
 from trl_explore.sampler_settings import processed_logits, token_logps_and_entropy
+
+logger = logging.getLogger(__name__)
 
 
 class TeacherForcedMixin:
@@ -26,15 +30,20 @@ class TeacherForcedMixin:
         pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged.
 
         With ``share_prompt_forward`` (text only, no auxiliary loss,
-        :func:`~trl_explore.prefix_forward.can_share_prompt`) each group's prompt is run once instead
+        :func:`~trl_explore.prefix_forward.share_prompt_blocker`) each group's prompt is run once instead
         (:mod:`trl_explore.prefix_forward`), in chunks of whole groups of about ``batch_size`` rows; the same values
         to float rounding."""
         if (getattr(self.args, "share_prompt_forward", False) and not compute_aux_loss
                 and all(value is None for value in extra.values())):
             groups = shared_prompt_groups(input_ids, attention_mask, logits_to_keep)
-            if groups is not None and can_share_prompt(model, self.accelerator.num_processes):
+            blocker = share_prompt_blocker(model, self.accelerator.num_processes) if groups is not None else None
+            if groups is not None and blocker is None:
                 return self._shared_prompt_forward(model, input_ids, attention_mask, logits_to_keep, groups,
                                                    batch_size, compute_entropy)
+            said = self.__dict__.setdefault("_share_prompt_blockers_said", set())  # one warning per reason
+            if blocker is not None and blocker not in said:
+                said.add(blocker)
+                logger.warning("share_prompt_forward is on, but this forward runs TRL's: %s", blocker)
         with mask_positions(model):
             return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
                                                               batch_size, compute_entropy=compute_entropy,

@@ -81,23 +81,35 @@ def shared_prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.
     return outputs.log_probs[:, -logits_to_keep:], entropies
 
 
-def can_share_prompt(model, num_processes: int) -> bool:
-    """Whether :func:`shared_prompt_forward` may stand in for TRL's forward on ``model``: one process and no wrapper
-    (DDP, FSDP and DeepSpeed expect one forward call a step), no gradient checkpointing (it turns the cache off), a
-    backbone taking transformers' ``cache`` argument (transformers >= 5.20; a PEFT wrapper's does not), rotary or
-    ALiBi positions (:func:`~trl_explore.positions.absolute_position_owner`), and no forward hook anywhere in the
-    model (a hook, e.g. ASE's steering, may read the columns of a whole row)."""
+def share_prompt_blocker(model, num_processes: int) -> str | None:
+    """Why :func:`shared_prompt_forward` may not stand in for TRL's forward on ``model``, in a few words, or None
+    where it may: one process and no wrapper (DDP, FSDP and DeepSpeed expect one forward call a step), no gradient
+    checkpointing (it turns the cache off), a backbone taking transformers' ``cache`` argument (transformers >= 5.20;
+    a PEFT wrapper's does not), rotary or ALiBi positions (:func:`~trl_explore.positions.absolute_position_owner`),
+    and no forward hook anywhere in the model (a hook, e.g. ASE's steering, may read the columns of a whole row)."""
     from trl_explore.models import unwrap_model
     from trl_explore.positions import absolute_position_owner
 
-    if num_processes != 1 or unwrap_model(model) is not model or getattr(model, "is_gradient_checkpointing", False):
-        return False
+    if num_processes != 1:
+        return f"{num_processes} processes (DDP, FSDP and DeepSpeed expect one forward call a step)"
+    if unwrap_model(model) is not model:
+        return f"the model is wrapped ({type(model).__name__})"
+    if getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing is on (it turns the key/value cache off)"
     backbone = getattr(model, "base_model", None)
     if backbone is None or backbone is model or _cache_argument(backbone) != "cache":
-        return False
+        return f"{type(model).__name__} has no backbone taking a key/value cache (PEFT, or transformers < 5.20)"
     if absolute_position_owner(model) is not None:
-        return False
-    return not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+        return "the model has absolute position embeddings"
+    hooked = [name or type(model).__name__ for name, m in model.named_modules()
+              if m._forward_hooks or m._forward_pre_hooks]
+    return f"forward hooks on {', '.join(hooked[:3])}" if hooked else None
+
+
+def can_share_prompt(model, num_processes: int) -> bool:
+    """Whether :func:`shared_prompt_forward` may stand in for TRL's forward on ``model``
+    (:func:`share_prompt_blocker` finds nothing against it)."""
+    return share_prompt_blocker(model, num_processes) is None
 
 
 def group_chunks(groups: list[tuple[int, int]], batch_size: int | None) -> list[list[tuple[int, int]]]:
