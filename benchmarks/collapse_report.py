@@ -13,7 +13,9 @@ Sections:
   over the seeds both methods ran): every method against GRPO and against the LUFFY-style baseline, each control
   against its method;
 * the step-1 values of every method side by side per seed: runs of one seed sample their first step identically
-  only if the methods leave step-1 sampling alone (reported, not asserted).
+  only if the methods leave step-1 sampling alone (reported, not asserted);
+* the papers' claims (:data:`CLAIMS`), each read off one paired difference by :func:`claim_reading`: as claimed,
+  opposite, or no clear difference, provisional below the study's planned seeds (:data:`PLANNED_SEEDS`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,30 @@ STEP_ROWS = (
 )
 PAIRED_STEP_KEYS = ("dynamics/online_entropy (late)", "dynamics/failed_ratio (late)",
                     "dynamics/answer_disagreement (run)")
+HELDOUT_CLAIM_KEYS = ("training end mean@", "training end pass@", "neutral end mean@", "neutral end pass@")
+CLAIMS = (
+    ("OGER keeps entropy above GRPO's", "OGER Fig. 2a", "grpo", "oger", ("dynamics/online_entropy (late)",), +1),
+    ("OGER lowers the failed ratio against the LUFFY-style baseline", "OGER Fig. 2c", "oger_noreward", "oger",
+     ("dynamics/failed_ratio (late)",), -1),
+    ("OGER ends above GRPO held-out", "OGER Fig. 2b, 3", "grpo", "oger", HELDOUT_CLAIM_KEYS, +1),
+    ("OGER ends above the LUFFY-style baseline held-out", "OGER Table 2, w/o reward", "oger_noreward", "oger",
+     HELDOUT_CLAIM_KEYS, +1),
+    ("ASE raises answer disagreement within groups", "ASE Fig. 4", "grpo", "ase",
+     ("dynamics/answer_disagreement (run)",), +1),
+    ("ASE keeps entropy above GRPO's", "ASE Fig. 4", "grpo", "ase", ("dynamics/online_entropy (late)",), +1),
+    ("ASE ends above GRPO held-out", "ASE Fig. 3", "grpo", "ase", HELDOUT_CLAIM_KEYS, +1),
+    ("random directions fall below learned ones", "ASE, random-directions control", "ase", "ase_random",
+     ("dynamics/answer_disagreement (run)", "training end mean@", "neutral end mean@"), -1),
+    ("entropy refinement helps OGER", "OGER Table 2, w/o refinement", "oger", "oger_norefine",
+     ("training end mean@", "neutral end mean@"), -1),
+)
+"""The claims the collapse regime can test: ``(claim, source, base, method, metric prefixes, sign)``. Each metric is
+read from ``method - base`` paired by seed; ``sign`` +1: the claim says the difference is positive, -1 negative.
+A prefix ending in ``@`` matches the metric at the evaluation's k (``mean@16`` at the end of the study)."""
+PLANNED_SEEDS = {"grpo": 5, "oger": 5, "oger_noreward": 5, "ase": 5, "oger_ase": 5, "oger_norefine": 3,
+                 "ase_random": 3}
+"""Seeds the study plans per method (issue 28: >= 5 for the five core methods, >= 3 for the two controls); a claim
+read off fewer is provisional."""
 
 
 def heldout_scalars(summary: dict, prefix: str) -> dict[str, float | None]:
@@ -208,6 +234,48 @@ def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
+def claim_reading(entry: tuple[float, float, float], sign: int) -> str:
+    """The plain reading of one paired difference ``(d, low, high)`` against a claim of ``sign`` (+1: method above
+    base; -1: below): ``"as claimed"`` when the 95% interval lies wholly on the claimed side of 0, ``"opposite"``
+    when wholly on the other, else ``"no clear difference"`` (an interval touching 0 is not clear).
+
+    Raises:
+        ValueError: ``sign`` not +1 or -1.
+    """
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign!r}")
+    _, low, high = (sign * x for x in entry)
+    low, high = min(low, high), max(low, high)
+    return "as claimed" if low > 0 else "opposite" if high < 0 else "no clear difference"
+
+
+def claim_verdicts(comparisons: dict, claims=CLAIMS, planned: dict | None = None) -> list[dict]:
+    """One row per claim and metric: ``{claim, source, base, method, metric, seeds, difference, reading,
+    provisional}``, read from ``comparisons[base][method]`` (:func:`paired_difference`) by :func:`claim_reading`;
+    ``provisional`` while the seeds both ran are fewer than both methods' planned ones (:data:`PLANNED_SEEDS`); a step
+    metric (:data:`PAIRED_STEP_KEYS`, one number per run) of a single shared seed reads "one seed, no interval".
+    Claims whose methods never shared a seed, and metrics not measured, are left out."""
+    planned = PLANNED_SEEDS if planned is None else planned
+    rows = []
+    for claim, source, base, method, prefixes, sign in claims:
+        pair = comparisons.get(base, {}).get(method)
+        if not pair or not pair["seeds"]:
+            continue
+        for prefix in prefixes:
+            metric = next((k for k in pair["metrics"] if k == prefix or (prefix.endswith("@") and
+                                                                          k.startswith(prefix))), None)
+            if metric is None:
+                continue
+            entry = pair["metrics"][metric]
+            need = min(planned.get(base, 1), planned.get(method, 1))
+            one_run = metric in PAIRED_STEP_KEYS and len(pair["seeds"]) < 2  # a per-run scalar: no spread to read
+            rows.append({"claim": claim, "source": source, "base": base, "method": method, "metric": metric,
+                         "seeds": list(pair["seeds"]), "difference": list(entry),
+                         "reading": "one seed, no interval" if one_run else claim_reading(entry, sign),
+                         "provisional": len(pair["seeds"]) < need})
+    return rows
+
+
 def _num(x, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
@@ -281,7 +349,19 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
             lines.append(f"| {methods[m][0]} | {','.join(map(str, c['seeds']))} | " + " | ".join(
                 _interval(c["metrics"][k]) if k in c["metrics"] else "-" for k in keys) + " |")
         lines += [f"\nNo seed shared with {', '.join(apart)}." if apart else "", ""]
-    lines += ["## Step-1 sampling", "",
+    lines += ["## The papers' claims", "",
+              "Each row reads one paired difference (method minus base, 95% interval as above): \"as claimed\" when "
+              "the interval lies wholly on the claimed side of zero, \"opposite\" when wholly on the other, else "
+              "\"no clear difference\"; provisional while fewer seeds than planned "
+              f"({', '.join(f'{methods[m][0]} {n}' for m, n in PLANNED_SEEDS.items() if m in methods)}) are in. "
+              "Intervals are per metric, not corrected for the number of rows.", "",
+              "| claim (source) | method - base | metric | seeds | difference [95%] | reading |",
+              "|---|---|---|---|---|---|"]
+    for row in summary["claims"]:
+        lines.append(f"| {row['claim']} ({row['source']}) | {methods[row['method']][0]} - {methods[row['base']][0]} | "
+                     f"{row['metric']} | {','.join(map(str, row['seeds']))} | {_interval(row['difference'])} | "
+                     f"{row['reading']}{' (provisional)' if row['provisional'] else ''} |")
+    lines += ["", "## Step-1 sampling", "",
               f"Step-1 {' / '.join(SAMPLING_KEYS)} of every run; the same seed's {', '.join(SAME_SAMPLING)} runs "
               "log equal lengths only if they sampled step 1 identically (the rollout, before OGER's replacement); "
               "OGER's online-token entropy leaves out the replaced row, so it is compared with OGER's (w/o reward), "
@@ -371,7 +451,7 @@ def report(out: pathlib.Path, methods: dict) -> dict:
         "settings": runs[0]["settings"], "formats": list(formats),
         "start": {f: start_summary(start, f) for f in formats} if start else None,
         "seeds": {m: sorted(seeded[m]) for m in order}, "collapse_check": check, "table": table,
-        "comparisons": comparisons,
+        "comparisons": comparisons, "claims": claim_verdicts(comparisons),
         "step1": step1_values(by_method),
     }
     lines = markdown(summary, methods, order, formats)

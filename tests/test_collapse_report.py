@@ -113,6 +113,17 @@ def test_collapse_report_values_and_figures(study, load_script, monkeypatch, cap
     assert summary["comparisons"]["oger_noreward"]["oger"]["seeds"] == [0]
     assert summary["comparisons"]["ase"]["ase_random"]["seeds"] == [1]
 
+    claims = {(c["claim"], c["metric"]): c for c in summary["claims"]}
+    held = claims[("OGER ends above GRPO held-out", "training end mean@4")]
+    assert held["seeds"] == [0, 1] and held["reading"] == "as claimed" and held["provisional"]  # 2 of 5 seeds
+    # late entropy OGER - GRPO per seed: 0.8 - 0.05 = +0.75 and 0.8 - 0.905 = -0.105: the seeds disagree
+    assert claims[("OGER keeps entropy above GRPO's", "dynamics/online_entropy (late)")]["reading"] == (
+        "no clear difference")
+    # ASE, random directions shares only seed 1 with ASE-GRPO: its per-run disagreement has no interval
+    assert claims[("random directions fall below learned ones", "dynamics/answer_disagreement (run)")]["reading"] == (
+        "one seed, no interval")
+    assert not any(c["method"] == "oger_norefine" for c in summary["claims"])  # never ran
+
     table = summary["table"]
     assert table["grpo"]["training end mean@4"]["values"] == pytest.approx([6 / 16, 6 / 16])
     assert table["grpo"]["neutral mid pass@1"]["mean"] == pytest.approx(0.5)  # [1,1,2,0] of 2 samples
@@ -129,6 +140,8 @@ def test_collapse_report_values_and_figures(study, load_script, monkeypatch, cap
     assert "| pooled |" in text and "1 of 2" in text
     assert "No seed shared with ASE, random directions." in text  # against the LUFFY-style baseline (seed 0 only)
     assert "| training start pass@4 | 1.000 | - |" in text  # the start: one policy, one number
+    assert ("| OGER ends above GRPO held-out (OGER Fig. 2b, 3) | OGER - GRPO | training end mean@4 | 0,1 | "
+            "+0.250 [+0.250, +0.250] | as claimed (provisional) |") in text
     assert text in capsys.readouterr().out + "\n"
     for name in ("training", "controls", "heldout_training", "heldout_neutral", "grpo_entropy", "ase_bank"):
         assert (study / f"collapse_{name}.png").stat().st_size > 10_000
@@ -151,3 +164,21 @@ def test_step1_check_compares_online_entropy_within_oger_only(load_script, monke
     assert apart[0]["same"] is False  # the two OGER runs replaced different rows or sampled differently
     longer = report.step1_values({"grpo": [run("grpo", 1.39)], "oger": [run("oger", 1.52, length=31.0)]})
     assert longer[0]["same"] is False  # the rollouts differ
+
+
+def test_claim_reading_by_the_interval_side(load_script, monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(ROOT / "benchmarks"), *sys.path])
+    report = load_script("benchmarks/collapse_report.py", "collapse_report_script")
+    assert report.claim_reading((0.10, 0.02, 0.20), +1) == "as claimed"
+    assert report.claim_reading((0.10, 0.02, 0.20), -1) == "opposite"  # a claim of "lower", measured higher
+    assert report.claim_reading((-0.10, -0.20, -0.02), -1) == "as claimed"
+    assert report.claim_reading((0.06, 0.0, 0.19), +1) == "no clear difference"  # touches zero
+    assert report.claim_reading((0.0, 0.0, 0.0), +1) == "no clear difference"
+    with pytest.raises(ValueError, match="sign"):
+        report.claim_reading((0.1, 0.0, 0.2), 0)
+    comparisons = {"grpo": {"oger": {"seeds": [0, 1, 2, 3, 4], "metrics": {
+        "training end mean@16": (0.05, 0.01, 0.09), "dynamics/online_entropy (late)": (-0.3, -0.5, -0.1)}}}}
+    rows = report.claim_verdicts(comparisons)
+    assert [(r["claim"], r["metric"], r["reading"], r["provisional"]) for r in rows] == [
+        ("OGER keeps entropy above GRPO's", "dynamics/online_entropy (late)", "opposite", False),
+        ("OGER ends above GRPO held-out", "training end mean@16", "as claimed", False)]
