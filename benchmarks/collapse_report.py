@@ -361,6 +361,15 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
         lines.append(f"| {row['claim']} ({row['source']}) | {methods[row['method']][0]} - {methods[row['base']][0]} | "
                      f"{row['metric']} | {','.join(map(str, row['seeds']))} | {_interval(row['difference'])} | "
                      f"{row['reading']}{' (provisional)' if row['provisional'] else ''} |")
+    balance = [(m, summary["table"][m]) for m in order if "ase/cluster_share_min (updates)" in summary["table"][m]]
+    if balance:
+        lines += ["", "ASE's clusters stay balanced (ASE Fig. 5): the smallest and largest cluster's share of the "
+                  "contrast pairs, mean over seeds and bank updates:", ""]
+        for m, t in balance:
+            k = round(t["ase/clusters"]["mean"])
+            lines.append(f"- {methods[m][0]}: {t['ase/cluster_share_min (updates)']['mean']:.3f} / "
+                         f"{t['ase/cluster_share_max (updates)']['mean']:.3f} ({k} clusters: {1 / k:.3f} each if "
+                         f"equal)")
     lines += ["", "## Step-1 sampling", "",
               f"Step-1 {' / '.join(SAMPLING_KEYS)} of every run; the same seed's {', '.join(SAME_SAMPLING)} runs "
               "log equal lengths only if they sampled step 1 identically (the rollout, before OGER's replacement); "

@@ -65,6 +65,7 @@ def run_scalars(run: dict) -> dict[str, float]:
         out["ase/cluster_share_min (updates)"] = float(np.mean([min(s) for s in shares]))
         out["ase/cluster_share_max (updates)"] = float(np.mean([max(s) for s in shares]))
         out["ase/bank_updates"] = float(len(shares))
+        out["ase/clusters"] = float(max(len(s) for s in shares))
     if run.get("bank_diagnostics") is not None:
         out["ase/skipped_updates"] = float(sum(bool(b.get("skipped")) for b in run["bank_diagnostics"]))
     for label, entry in run["heldout"].items():

@@ -142,6 +142,7 @@ def test_collapse_report_values_and_figures(study, load_script, monkeypatch, cap
     assert "| training start pass@4 | 1.000 | - |" in text  # the start: one policy, one number
     assert ("| OGER ends above GRPO held-out (OGER Fig. 2b, 3) | OGER - GRPO | training end mean@4 | 0,1 | "
             "+0.250 [+0.250, +0.250] | as claimed (provisional) |") in text
+    assert "- ASE-GRPO: 0.200 / 0.800 (2 clusters: 0.500 each if equal)" in text
     assert text in capsys.readouterr().out + "\n"
     for name in ("training", "controls", "heldout_training", "heldout_neutral", "grpo_entropy", "ase_bank"):
         assert (study / f"collapse_{name}.png").stat().st_size > 10_000
