@@ -83,8 +83,7 @@ CLAIMS = (
 """The claims the collapse regime can test: ``(claim, source, base, method, metric prefixes, sign)``. Each metric is
 read from ``method - base`` paired by seed; ``sign`` +1: the claim says the difference is positive, -1 negative.
 A prefix ending in ``@`` matches the metric at the evaluation's k (``mean@16`` at the end of the study)."""
-PLANNED_SEEDS = {"grpo": 5, "oger": 5, "oger_noreward": 5, "ase": 5, "oger_ase": 5, "oger_norefine": 3,
-                 "ase_random": 3}
+PLANNED_SEEDS = {**dict.fromkeys(CORE, 5), "oger_norefine": 3, "ase_random": 3}
 """Seeds the study plans per method (issue 28: >= 5 for the five core methods, >= 3 for the two controls); a claim
 read off fewer is provisional."""
 
