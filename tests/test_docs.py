@@ -68,6 +68,10 @@ NOT_RUN = {
     ("docs/reproduction.md",
      "nohup nice -n 5 bash benchmarks/run_collapse_study.sh > collapse.log 2>&1 &   # resumable; commits each run"):
         "the collapse study: hours of the machine, across sessions",
+    ("docs/reproduction.md", "git worktree add ../study b1823de && OUT=$PWD/benchmarks/results/collapse "
+                             "PYTHONPATH=$(realpath ../study) nohup nice -n 5 bash "
+                             "../study/benchmarks/run_collapse_study.sh > collapse.log 2>&1 &"):
+        "the collapse study's remaining runs, at the code it started with: hours",
     ("docs/evaluation.md",
      "python examples/evaluate.py --model_name_or_path me/oger-qwen-7b --protocol oger \\"):
         "Hub benchmarks and a Hub model; GPU hours",

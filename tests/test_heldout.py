@@ -240,7 +240,10 @@ def test_evaluator_runs_on_a_trainer_and_reads_unchanged_weights_back(tiny_model
                                    eval_batch_size=4, eval_neutral_format=False)
     evaluator = HeldoutEvaluator(trainer, options, levels=["one_digit"])
     assert evaluator.formats == ("training",)
+    torch.manual_seed(11)
+    rng_state = torch.get_rng_state()
     first = evaluator("before")
+    assert torch.equal(torch.get_rng_state(), rng_state)  # training's next rollouts draw as if none had run
     assert not first.cached and first.levels == ("one_digit",) and first.num_problems == 2
     assert len(list((tmp_path / "cache" / "heldout").glob("*.json"))) == 1
     again = evaluator("again")

@@ -87,7 +87,9 @@ def test_the_check_on_a_tiny_model_with_known_verifiers(tmp_path, smollm2_tokeni
         return [float(len(t) % 2 == 0) for t in texts]
 
     trainer = _trainer(tmp_path, smollm2_tokenizer, make_tiny_lm(), parity)
+    rng_state = torch.get_rng_state()
     report = check_readiness(trainer, doubling_dataset(2), num_prompts=8)  # only 2 rows: 2 groups of 4
+    assert torch.equal(torch.get_rng_state(), rng_state)  # the run's first rollouts draw as if no check had run
     texts, answers, ids = seen[-1]
     assert answers == ["0"] * 4 + ["2"] * 4 and ids == ["p0"] * 4 + ["p1"] * 4  # the rows' columns, per completion
     expected = torch.tensor([len(t) % 2 == 0 for t in texts]).view(2, 4)

@@ -19,7 +19,7 @@ from trl_explore.sampling import (
     make_generator,
     request_seeds,
 )
-from trl_explore.sampling.seeds import batch_seed
+from trl_explore.sampling.seeds import batch_seed, isolated_rng
 
 PROMPTS = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
 
@@ -73,6 +73,31 @@ def test_seedings_registry_and_batch_seeds():
     assert [batch_seed("once", 7, b) for b in range(3)] == [7, None, None]
     with pytest.raises(ValueError, match="seeding='twice' is not a valid seeding; valid: per_batch, once"):
         batch_seed("twice", 0, 0)
+
+
+def test_isolated_rng_restores_every_generator_even_after_an_error():
+    import random
+
+    import numpy as np
+
+    def seed_all(seed):  # what transformers.set_seed does to the global generators
+        torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)  # noqa: NPY002
+
+    def draw():
+        return torch.rand(3).tolist(), random.random(), np.random.rand()  # noqa: NPY002
+
+    seed_all(7)
+    expected = draw()
+    seed_all(7)
+    with isolated_rng("cpu"):
+        seed_all(123)  # what an evaluation's batch seeding does
+        draw()
+    assert draw() == expected
+    seed_all(7)
+    with pytest.raises(RuntimeError), isolated_rng():
+        seed_all(0)
+        raise RuntimeError("a failed evaluation")
+    assert draw() == expected
 
 
 def test_batch_cache_names_its_file_by_the_work_and_skips_a_torn_line(tmp_path):

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainerCallback
 
+from trl_explore.sampling.seeds import isolated_rng
+
 logger = logging.getLogger(__name__)
 
 
@@ -206,7 +208,7 @@ def sample_and_grade(trainer, rows: list[dict]) -> tuple[torch.Tensor, torch.Ten
 def check_readiness(trainer, dataset, num_prompts: int = 8) -> ReadinessReport:
     """Sample and grade the first ``num_prompts`` rows of ``dataset`` (:func:`sample_and_grade`) and report what the
     run is about to see. Every process takes part (generation may gather sharded weights); the caller prints on the
-    main one.
+    main one. The random states are left as they were (:func:`~trl_explore.sampling.seeds.isolated_rng`).
 
     Raises:
         ValueError: an empty ``dataset``.
@@ -215,7 +217,8 @@ def check_readiness(trainer, dataset, num_prompts: int = 8) -> ReadinessReport:
         raise ValueError("the readiness check needs at least one training prompt")
     start = time.perf_counter()
     rows = [dataset[i] for i in range(min(num_prompts, len(dataset)))]
-    correct, truncated, lengths = sample_and_grade(trainer, rows)
+    with isolated_rng(trainer.accelerator.device):  # the run's first rollouts draw as if no check had run
+        correct, truncated, lengths = sample_and_grade(trainer, rows)
     figures = readiness_figures(correct, truncated, lengths)
     advice = readiness_advice(figures, trainer.max_completion_length)
     seconds = time.perf_counter() - start

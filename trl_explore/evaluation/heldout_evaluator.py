@@ -78,7 +78,8 @@ class HeldoutEvaluator:
 
     def __call__(self, label: str) -> HeldoutResult | None:
         """Evaluate now in every format; the results are kept as ``by_format[format][label]`` (main process).
-        Returns the training format's (``results[label]``)."""
+        Returns the training format's (``results[label]``). The random states are left as they were
+        (:func:`~trl_explore.sampling.seeds.isolated_rng`), so training samples the same with or without it."""
         t = self.trainer
         if self.sharded():
             if t.accelerator.is_main_process and not self._warned:
@@ -87,8 +88,11 @@ class HeldoutEvaluator:
                                "evaluation is skipped (evaluate the saved model with examples/evaluate.py)")
             return None
         if t.accelerator.is_main_process:
-            for prompt_format in self.formats:
-                self.by_format[prompt_format][label] = self._evaluate(prompt_format)
+            from trl_explore.sampling.seeds import isolated_rng
+
+            with isolated_rng(t.accelerator.device):  # training's next rollouts draw as if no evaluation had run
+                for prompt_format in self.formats:
+                    self.by_format[prompt_format][label] = self._evaluate(prompt_format)
         t.accelerator.wait_for_everyone()
         return self.results.get(label) if t.accelerator.is_main_process else None
 

@@ -10,11 +10,20 @@ Two seedings (:data:`SEEDINGS`, the ``seeding`` argument of the generators' ``ge
   ``torch.manual_seed(seed)`` before the first batch and the global generator runs on over the batches, so a batch
   depends on every batch before it (no resume); vLLM gives every request the seed ``seed``.
 
+Both reseed torch's global generator, which a training run's rollouts also draw from. Sampling that happens beside
+training (the held-out evaluation, the readiness check) therefore runs inside :func:`isolated_rng`, so a run's
+rollouts do not depend on whether those ran, or were read back from a cache, or on their seed.
+
 Engineering choices; the vLLM per-request seeding is checked against vLLM's parallel sampling (see
 :func:`request_seeds`).
 """
 
 from __future__ import annotations
+
+import contextlib
+import random
+
+import torch
 
 from trl_explore.registry import Registry
 
@@ -52,3 +61,25 @@ def request_seeds(seed: int, num_prompts: int, num_samples: int) -> list[int]:
     if num_prompts < 0 or num_samples < 1:
         raise ValueError(f"need num_prompts >= 0 and num_samples >= 1, got {num_prompts} and {num_samples}")
     return [seed + p * num_samples for p in range(num_prompts)]
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device | str | None = None):
+    """Run the block on forked random states: on exit, Python's ``random``, NumPy's global generator, torch's CPU
+    generator and (for a CUDA or XPU ``device``) that device's generator are what they were on entry.
+
+    For sampling beside training: the held-out evaluation and the readiness check call ``torch.manual_seed``
+    (:func:`batch_seed`), which would otherwise set the state the next training rollouts draw from, so a run's samples
+    would change with the evaluation's seed, with ``--eval_heldout`` and with a cache hit.
+    """
+    import numpy as np
+
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    forked = [device.index or 0] if device.type in ("cuda", "xpu") else []
+    python_state, numpy_state = random.getstate(), np.random.get_state()  # noqa: NPY002 (the global one is forked)
+    with torch.random.fork_rng(devices=forked, device_type=device.type if forked else None):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)  # noqa: NPY002
