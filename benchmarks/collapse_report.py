@@ -233,6 +233,19 @@ def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
+def code_versions(by_method: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """``{commit (12 digits, "+changes" kept): ["grpo s0", ...]}``: the code each run ran (``result.json``'s
+    ``code``; "unknown" when it was not recorded), so a reader can check that a study's runs share it."""
+    versions: dict[str, list[str]] = {}
+    for method, runs in by_method.items():
+        for run in sorted(runs, key=lambda r: r["seed"]):
+            code = run.get("code") or "unknown"
+            commit, _, changes = code.partition("+")
+            key = commit[:12] + (f"+{changes}" if changes else "")
+            versions.setdefault(key, []).append(f"{method} s{run['seed']}")
+    return versions
+
+
 def claim_reading(entry: tuple[float, float, float], sign: int) -> str:
     """The plain reading of one paired difference ``(d, low, high)`` against a claim of ``sign`` (+1: method above
     base; -1: below): ``"as claimed"`` when the 95% interval lies wholly on the claimed side of 0, ``"opposite"``
@@ -291,6 +304,8 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
              "Settings: " + ", ".join(f"{key}={value}" for key, value in settings.items()), "",
              f"Held-out formats: {', '.join(formats)}; \"mid\" after step {settings['mid_step']}, \"end\" after step "
              f"{settings['max_steps']}; start: the initial policy (every run).", "",
+             "Code (the commit each run ran): " + "; ".join(
+                 f"{commit}: {', '.join(runs)}" for commit, runs in summary.get("code", {}).items()), "",
              "## Does GRPO collapse?", "",
              f"Online-token entropy (nats): step 1, the minimum (step), the mean of the last {LATE_STEPS} steps; "
              f"collapsed: the late mean below max({COLLAPSE_FRACTION} x step 1, {COLLAPSE_FLOOR}). Held-out: k = the "
@@ -460,7 +475,7 @@ def report(out: pathlib.Path, methods: dict) -> dict:
         "start": {f: start_summary(start, f) for f in formats} if start else None,
         "seeds": {m: sorted(seeded[m]) for m in order}, "collapse_check": check, "table": table,
         "comparisons": comparisons, "claims": claim_verdicts(comparisons),
-        "step1": step1_values(by_method),
+        "step1": step1_values(by_method), "code": code_versions(by_method),
     }
     lines = markdown(summary, methods, order, formats)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))

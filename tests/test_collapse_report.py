@@ -183,3 +183,13 @@ def test_claim_reading_by_the_interval_side(load_script, monkeypatch):
     assert [(r["claim"], r["metric"], r["reading"], r["provisional"]) for r in rows] == [
         ("OGER keeps entropy above GRPO's", "dynamics/online_entropy (late)", "opposite", False),
         ("OGER ends above GRPO held-out", "training end mean@16", "as claimed", False)]
+
+
+def test_code_versions_group_the_runs_by_the_commit_they_ran(load_script, monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(ROOT / "benchmarks"), *sys.path])
+    report = load_script("benchmarks/collapse_report.py", "collapse_report_script")
+    a, b = "4a7f798cbef86df07d405ebeb16ed0124eda6696", "b1823dec1cd299773a55632411979ff4e448650c"
+    by_method = {"grpo": [{"seed": 1, "code": b}, {"seed": 0, "code": a}],
+                 "oger": [{"seed": 0, "code": a + "+changes"}, {"seed": 1}]}
+    assert report.code_versions(by_method) == {"b1823dec1cd2": ["grpo s1"], "4a7f798cbef8": ["grpo s0"],
+                                               "4a7f798cbef8+changes": ["oger s0"], "unknown": ["oger s1"]}
