@@ -19,7 +19,7 @@ from trl_explore.sampling import (
     make_generator,
     request_seeds,
 )
-from trl_explore.sampling.seeds import batch_seed, isolated_rng
+from trl_explore.sampling.seeds import batch_seed, forked_devices, isolated_rng
 
 PROMPTS = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
 
@@ -98,6 +98,13 @@ def test_isolated_rng_restores_every_generator_even_after_an_error():
         seed_all(0)
         raise RuntimeError("a failed evaluation")
     assert draw() == expected
+
+
+def test_forked_devices_name_the_accelerator_generator_to_restore():
+    assert forked_devices(torch.device("cpu")) == ("cpu", [])  # the CPU generator is always forked
+    assert forked_devices(torch.device("meta")) == ("cpu", [])  # fork_rng would fork nothing for "meta"
+    assert forked_devices(torch.device("cuda:1")) == ("cuda", [1])  # accelerate's device of local rank 1
+    assert forked_devices(torch.device("mps", 0)) == ("mps", [0])
 
 
 def test_batch_cache_names_its_file_by_the_work_and_skips_a_torn_line(tmp_path):

@@ -11,8 +11,9 @@ Two seedings (:data:`SEEDINGS`, the ``seeding`` argument of the generators' ``ge
   depends on every batch before it (no resume); vLLM gives every request the seed ``seed``.
 
 Both reseed torch's global generator, which a training run's rollouts also draw from. Sampling that happens beside
-training (the held-out evaluation, the readiness check) therefore runs inside :func:`isolated_rng`, so a run's
-rollouts do not depend on whether those ran, or were read back from a cache, or on their seed.
+training (the held-out evaluation, which reseeds it, and the readiness check, which draws from it) therefore runs
+inside :func:`isolated_rng`, so a run's rollouts do not depend on whether those ran, or were read back from a cache,
+or on their seed.
 
 Engineering choices; the vLLM per-request seeding is checked against vLLM's parallel sampling (see
 :func:`request_seeds`).
@@ -63,21 +64,41 @@ def request_seeds(seed: int, num_prompts: int, num_samples: int) -> list[int]:
     return [seed + p * num_samples for p in range(num_prompts)]
 
 
+def forked_devices(device: torch.device) -> tuple[str, list[int]]:
+    """The ``device_type`` and device indices :func:`isolated_rng` hands ``torch.random.fork_rng`` for ``device``:
+    ``("cpu", [])`` for the CPU, ``meta`` or a type without a random state of its own (the CPU generator is always
+    forked), else the device's type and its index (the current device of its type when ``device`` has none).
+
+    Only that device's generator is restored: a model spread over several accelerators would need them all.
+    """
+    if device.type in ("cpu", "meta"):
+        return "cpu", []
+    try:
+        module = torch.get_device_module(device.type)
+    except RuntimeError:  # a type torch has no module for (e.g. XLA): nothing beyond the CPU to fork
+        return "cpu", []
+    if not hasattr(module, "get_rng_state"):
+        return "cpu", []
+    if device.index is not None:
+        return device.type, [device.index]
+    return device.type, [module.current_device() if hasattr(module, "current_device") else 0]
+
+
 @contextlib.contextmanager
 def isolated_rng(device: torch.device | str | None = None):
     """Run the block on forked random states: on exit, Python's ``random``, NumPy's global generator, torch's CPU
-    generator and (for a CUDA or XPU ``device``) that device's generator are what they were on entry.
+    generator and ``device``'s generator (CUDA, XPU, MPS, ...; :func:`forked_devices`) are what they were on entry.
 
-    For sampling beside training: the held-out evaluation and the readiness check call ``torch.manual_seed``
-    (:func:`batch_seed`), which would otherwise set the state the next training rollouts draw from, so a run's samples
-    would change with the evaluation's seed, with ``--eval_heldout`` and with a cache hit.
+    For sampling beside training: the held-out evaluation reseeds torch (:func:`batch_seed`) and the readiness check
+    draws from torch's generator, which the next training rollouts draw from too; without the fork a run's samples
+    would change with ``--eval_heldout``, ``--readiness_check``, the evaluation's seed and a cache hit. A vLLM server
+    (``vllm_mode="server"``) keeps its own random state, which no client can fork.
     """
     import numpy as np
 
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    forked = [device.index or 0] if device.type in ("cuda", "xpu") else []
+    device_type, devices = forked_devices(torch.device(device) if device is not None else torch.device("cpu"))
     python_state, numpy_state = random.getstate(), np.random.get_state()  # noqa: NPY002 (the global one is forked)
-    with torch.random.fork_rng(devices=forked, device_type=device.type if forked else None):
+    with torch.random.fork_rng(devices=devices, device_type=device_type):
         try:
             yield
         finally:
