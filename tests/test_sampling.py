@@ -183,6 +183,28 @@ def test_once_seeding_runs_one_generator_over_the_batches(eos_likely_model, smol
         TransformersGenerator(model, tok, partial_dir=tmp_path).generate(PROMPTS, plan, seeding="once")
 
 
+def test_generate_leaves_the_callers_random_states_as_it_found_them(eos_likely_model, smollm2_tokenizer):
+    """Both seedings reseed torch's generator per batch or once; the caller's next draws (training's rollouts) are
+    the ones it would have made without the call, and the samples are those of a call on a fresh state."""
+    import random
+
+    import numpy as np
+
+    model, tok = eos_likely_model, smollm2_tokenizer
+    plan = SamplingPlan(num_samples=2, temperature=1.0, max_new_tokens=6)
+    generator = TransformersGenerator(model, tok, batch_size=2, show_progress=False)
+    for seeding in ("per_batch", "once"):
+        alone = generator.generate(PROMPTS, plan, seed=5, seeding=seeding).token_ids
+        torch.manual_seed(123)
+        random.seed(4)
+        np.random.seed(4)  # noqa: NPY002 (the global state is what is checked)
+        torch_state, python_state, numpy_state = torch.get_rng_state(), random.getstate(), np.random.get_state()  # noqa: NPY002
+        assert generator.generate(PROMPTS, plan, seed=5, seeding=seeding).token_ids == alone
+        assert torch.equal(torch.get_rng_state(), torch_state), seeding
+        assert random.getstate() == python_state
+        assert np.array_equal(np.random.get_state()[1], numpy_state[1])  # noqa: NPY002
+
+
 def test_steering_is_given_by_its_owner(tiny_model, smollm2_tokenizer, tmp_path):
     from contextlib import contextmanager
 

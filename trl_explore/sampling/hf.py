@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 from trl_explore.sampling.cache import BatchCache
 from trl_explore.sampling.plan import Generations, SamplingPlan, Steering
-from trl_explore.sampling.seeds import SEEDINGS, batch_seed
+from trl_explore.sampling.seeds import SEEDINGS, batch_seed, isolated_rng
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,9 @@ class TransformersGenerator:
             desc: progress-bar label (and name of the partial file, see ``partial_dir``).
 
         Returns:
-            :class:`~trl_explore.sampling.plan.Generations`.
+            :class:`~trl_explore.sampling.plan.Generations`. The random states (torch's CPU generator, the model
+            device's, Python's and NumPy's) are left as they were on entry (:func:`~trl_explore.sampling.seeds.
+            isolated_rng`): a call beside training does not move training's draws.
 
         Raises:
             TypeError: ``steering`` is not a :class:`~trl_explore.sampling.plan.Steering`.
@@ -122,38 +124,41 @@ class TransformersGenerator:
             texts[p][s] = self.tokenizer.decode(ids, skip_special_tokens=True)
         if done:
             logger.info("%s: %d of %d samples read back from %s", desc, len(done), len(rows), cache.path)
-        for index, batch in enumerate(tqdm(batches, desc=desc, disable=not self.show_progress, unit="batch")):
-            if all((p, s) in done for p, s in batch):
-                continue
-            if (batch_seed_value := batch_seed(seeding, seed, index)) is not None:
-                torch.manual_seed(batch_seed_value)
-            width = max(len(encoded[p]) for p, _ in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (p, _) in enumerate(batch):
-                ids = encoded[p]
-                input_ids[i, width - len(ids) :] = torch.tensor(ids)
-                attention_mask[i, width - len(ids) :] = 1
-            kwargs = dict(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                max_new_tokens=plan.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_ids, **sampling,
-            )  # fmt: skip
-            with torch.no_grad():
-                if steering is None:
-                    output = self.model.generate(**kwargs)
-                else:
-                    route_ids = torch.tensor([routes[p][s] for p, s in batch], dtype=torch.long)
-                    with steering.context(route_ids):
+        # The batches reseed torch's global generator (batch_seed); forked so that the caller's next draws (training's
+        # rollouts, a test's sampling) are what they would have been without this call. The samples are unchanged.
+        with isolated_rng(device):
+            for index, batch in enumerate(tqdm(batches, desc=desc, disable=not self.show_progress, unit="batch")):
+                if all((p, s) in done for p, s in batch):
+                    continue
+                if (batch_seed_value := batch_seed(seeding, seed, index)) is not None:
+                    torch.manual_seed(batch_seed_value)
+                width = max(len(encoded[p]) for p, _ in batch)
+                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+                attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for i, (p, _) in enumerate(batch):
+                    ids = encoded[p]
+                    input_ids[i, width - len(ids) :] = torch.tensor(ids)
+                    attention_mask[i, width - len(ids) :] = 1
+                kwargs = dict(
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                    max_new_tokens=plan.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_ids, **sampling,
+                )  # fmt: skip
+                with torch.no_grad():
+                    if steering is None:
                         output = self.model.generate(**kwargs)
-            for i, (p, s) in enumerate(batch):
-                ids = output[i, width:].tolist()
-                cut = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
-                truncated[p][s] = cut is None and len(ids) >= plan.max_new_tokens
-                ids = ids[:cut] if cut is not None else ids  # no EOS: ran to max_new_tokens, no padding
-                token_ids[p][s] = ids
-                texts[p][s] = self.tokenizer.decode(ids, skip_special_tokens=True)
-            if cache is not None:
-                cache.append([(p, s, token_ids[p][s], truncated[p][s]) for p, s in batch])
+                    else:
+                        route_ids = torch.tensor([routes[p][s] for p, s in batch], dtype=torch.long)
+                        with steering.context(route_ids):
+                            output = self.model.generate(**kwargs)
+                for i, (p, s) in enumerate(batch):
+                    ids = output[i, width:].tolist()
+                    cut = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
+                    truncated[p][s] = cut is None and len(ids) >= plan.max_new_tokens
+                    ids = ids[:cut] if cut is not None else ids  # no EOS: ran to max_new_tokens, no padding
+                    token_ids[p][s] = ids
+                    texts[p][s] = self.tokenizer.decode(ids, skip_special_tokens=True)
+                if cache is not None:
+                    cache.append([(p, s, token_ids[p][s], truncated[p][s]) for p, s in batch])
         return Generations(texts, token_ids, encoded, truncated, routes, time.perf_counter() - start)
 
     def eos_ids(self) -> list[int]:

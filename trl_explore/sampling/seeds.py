@@ -10,10 +10,11 @@ Two seedings (:data:`SEEDINGS`, the ``seeding`` argument of the generators' ``ge
   ``torch.manual_seed(seed)`` before the first batch and the global generator runs on over the batches, so a batch
   depends on every batch before it (no resume); vLLM gives every request the seed ``seed``.
 
-Both reseed torch's global generator, which a training run's rollouts also draw from. Sampling that happens beside
-training (the held-out evaluation, which reseeds it, and the readiness check, which draws from it) therefore runs
-inside :func:`isolated_rng`, so a run's rollouts do not depend on whether those ran, or were read back from a cache,
-or on their seed.
+Both reseed torch's global generator, which a training run's rollouts also draw from. The transformers backend
+therefore samples inside :func:`isolated_rng` and leaves the caller's random states as it found them. Sampling that
+happens beside training through other paths (the readiness check draws from torch's generator through the trainer)
+and the held-out evaluation as a whole run inside it too, so a run's rollouts do not depend on whether those ran, or
+were read back from a cache, or on their seed.
 
 Engineering choices; the vLLM per-request seeding is checked against vLLM's parallel sampling (see
 :func:`request_seeds`).
