@@ -53,6 +53,8 @@ SAME_SAMPLING = ("grpo", "oger", "oger_noreward")
 SAME_ONLINE_ROWS = (("grpo",), ("oger", "oger_noreward"))
 """Groups of :data:`SAME_SAMPLING` whose step-1 online rows match too: OGER's online-token entropy leaves out the
 row it replaced by an offline one, so it is compared with OGER's, never with GRPO's."""
+SAME_CELL = {True: "yes", False: "no", None: "-"}
+"""The step-1 table's last cell for :func:`step1_values`' ``same`` ("-": fewer than two to compare)."""
 STEP_ROWS = (
     "dynamics/online_entropy (first)", "dynamics/online_entropy (run)", "dynamics/online_entropy (late)",
     "dynamics/failed_ratio (run)", "dynamics/failed_ratio (late)", "dynamics/mixed_groups (run)",
@@ -210,9 +212,9 @@ def comparison_pairs(order: list[str]) -> list[tuple[str, str]]:
 
 def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
     """``{seed: {method: {key: value at step 1}}, "same": ...}``: the first step's :data:`SAMPLING_KEYS` of every
-    run; ``same`` is True when the :data:`SAME_SAMPLING` runs of the seed (two or more) log equal step-1 lengths
-    (1e-6; the rollout before OGER's replacement) and equal online-token entropies within each
-    :data:`SAME_ONLINE_ROWS` group."""
+    run; ``same`` is True when the :data:`SAME_SAMPLING` runs of the seed log equal step-1 lengths (1e-6; the
+    rollout before OGER's replacement) and equal online-token entropies within each :data:`SAME_ONLINE_ROWS` group,
+    ``None`` while fewer than two of them have run (nothing to compare yet)."""
     out: dict[int, dict] = {}
     for m, runs in by_method.items():
         for run in runs:
@@ -228,8 +230,8 @@ def step1_values(by_method: dict[str, list[dict]]) -> dict[int, dict]:
 
         trio = [entry["methods"][m] for m in SAME_SAMPLING if m in entry["methods"]]
         groups = [[entry["methods"][m] for m in group if m in entry["methods"]] for group in SAME_ONLINE_ROWS]
-        entry["same"] = (len(trio) >= 2 and equal(trio, "completions/mean_length")
-                         and all(equal(g, "dynamics/online_entropy") for g in groups if g))
+        entry["same"] = None if len(trio) < 2 else (equal(trio, "completions/mean_length")
+                                                    and all(equal(g, "dynamics/online_entropy") for g in groups if g))
     return dict(sorted(out.items()))
 
 
@@ -395,7 +397,7 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
         cells = [" / ".join(_num(entry["methods"][m][k], 2 if "length" in k else 4) for k in SAMPLING_KEYS)
                  if m in entry["methods"]
                  else "-" for m in order]
-        lines.append(f"| {seed} | " + " | ".join(cells) + f" | {'yes' if entry['same'] else 'no'} |")
+        lines.append(f"| {seed} | " + " | ".join(cells) + f" | {SAME_CELL[entry['same']]} |")
     return lines
 
 

@@ -165,6 +165,8 @@ def test_step1_check_compares_online_entropy_within_oger_only(load_script, monke
     assert apart[0]["same"] is False  # the two OGER runs replaced different rows or sampled differently
     longer = report.step1_values({"grpo": [run("grpo", 1.39)], "oger": [run("oger", 1.52, length=31.0)]})
     assert longer[0]["same"] is False  # the rollouts differ
+    alone = report.step1_values({"grpo": [run("grpo", 1.39)], "ase": [run("ase", 1.39)]})
+    assert alone[0]["same"] is None  # one of the three has run: nothing to compare yet, not a mismatch
 
 
 def test_claim_reading_by_the_interval_side(load_script, monkeypatch):
