@@ -1,5 +1,5 @@
-"""The CPU precision tier (trl_explore.precision): flags -> dtype, the override, the float32 fallback, the autocast on
-the rollout and held-out paths, and exact resumption under bfloat16."""
+"""The CPU precision tier (trl_explore.precision): measurement -> dtype, the probe's cache, the override, the float32
+fallback, the autocast on the rollout and held-out paths, and exact resumption under bfloat16."""
 
 import contextlib
 import types
@@ -14,13 +14,17 @@ from trl_explore.config import ExplorationConfig
 from trl_explore.driver import ExplorationTrainer
 from trl_explore.evaluation import heldout, heldout_evaluator
 from trl_explore.precision import (
+    PROBE_SHAPES,
+    PrecisionProbe,
     apply_cpu_precision,
+    bf16_flags,
     cpu_bf16_active,
     cpu_compute_dtype,
     cpu_flags,
     generation_autocast,
-    native_bf16_flags,
+    measure_precision,
     precision_line,
+    probe_precision,
 )
 from trl_explore.testing import doubling_dataset, make_tiny_causal_lm, parity_reward, tiny_training_args
 
@@ -32,27 +36,86 @@ def test_cpu_flags_reads_x86_and_arm_lines_and_nothing_else():
     assert cpu_flags(XEON) == {"fpu", "sse", "avx2", "avx512f", "avx512_bf16", "amx_tile"}
     assert cpu_flags(ARM) == {"fp", "asimd", "bf16", "sve"}
     assert cpu_flags("model name\t: Some CPU with flags in its name\n") == frozenset()
-    assert native_bf16_flags(cpu_flags(XEON)) == ()  # avx512_bf16 without AMX: measured slower than float32
-    assert native_bf16_flags(["AMX_BF16", "avx512_bf16"]) == ("amx_bf16",)
-    assert native_bf16_flags(cpu_flags(ARM)) == ()  # not measured there: auto keeps float32
+    assert bf16_flags(cpu_flags(XEON)) == ("avx512_bf16",)  # named in the start line, deciding nothing
+    assert bf16_flags(["AMX_BF16", "avx512_bf16"]) == ("amx_bf16", "avx512_bf16")
+    assert bf16_flags(cpu_flags(ARM)) == ()
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ({"amx_bf16"}, torch.bfloat16), ({"amx_bf16", "amx_tile", "avx512_bf16"}, torch.bfloat16),
-    ({"avx512_bf16", "avx512f"}, torch.float32),  # bfloat16 instructions without AMX: slower matmuls, float32
-    ({"avx512f", "avx2"}, torch.float32), (set(), torch.float32),
+def _probe(float32_ms, bfloat16_ms, threads=2, cached=False):
+    return PrecisionProbe(tuple(float32_ms), tuple(bfloat16_ms), threads, "Test CPU", torch.__version__, cached)
+
+
+def _never():
+    raise AssertionError("only cpu_precision='auto' measures")
+
+
+# (float32 ms, bfloat16 ms) per probe shape; speed-ups worked out by hand
+@pytest.mark.parametrize("float32_ms, bfloat16_ms, expected", [
+    ((31.0, 75.0), (11.0, 30.0), torch.bfloat16),  # 2.82x and 2.5x (a Zen 4 EPYC's figures): geometric mean 2.65
+    ((27.5, 60.0), (5.0, 20.0), torch.bfloat16),  # 5.5x and 3.0x (an AMX Xeon)
+    ((33.5, 60.0), (50.6, 43.0), torch.float32),  # 0.66x and 1.4x (a Xeon with avx512_bf16, no AMX): one slower
+    ((26.0, 26.0), (20.0, 20.0), torch.bfloat16),  # 1.3x on both: just over the 1.25 margin
+    ((24.0, 24.0), (20.0, 20.0), torch.float32),  # 1.2x: inside the margin
+    ((40.0, 20.0), (10.0, 21.0), torch.float32),  # 4x and 0.95x: mean 1.95 but one shape slower
 ])
-def test_auto_follows_the_flags(flags, expected):
-    assert cpu_compute_dtype("auto", flags) == expected
+def test_auto_follows_the_measurement(float32_ms, bfloat16_ms, expected):
+    probe = _probe(float32_ms, bfloat16_ms)
+    assert cpu_compute_dtype("auto", lambda: probe) == expected
+
+
+def test_the_probe_summary_and_speedups_by_hand():
+    probe = _probe((31.0, 75.0), (11.0, 30.0))
+    assert probe.speedups == pytest.approx((31 / 11, 2.5))
+    assert probe.speedup == pytest.approx((31 / 11 * 2.5) ** 0.5)
+    assert probe.summary() == ("bfloat16 measured 2.7x as fast as float32 (a training forward's MLP matmul 2.8x, "
+                               "a decoding step's LM head 2.5x; 2 threads)")
+    assert _probe((1.0, 1.0), (1.0, 1.0), threads=1, cached=True).summary().endswith("(a training forward's MLP "
+                                                                                      "matmul 1.0x, a decoding "
+                                                                                      "step's LM head 1.0x; 1 thread, "
+                                                                                      "cached)")
+
+
+def test_auto_keeps_float32_where_bfloat16_cannot_be_measured():
+    def unmeasurable():
+        raise RuntimeError("no bfloat16 matmul")
+
+    assert cpu_compute_dtype("auto", unmeasurable) == torch.float32
+
+
+def test_the_probe_measures_once_per_cpu_torch_and_thread_count(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(precision, "measure_precision",
+                        lambda: calls.append(1) or _probe((30.0, 60.0), (10.0, 30.0), torch.get_num_threads()))
+    first = probe_precision()
+    again = probe_precision()
+    assert len(calls) == 1 and not first.cached and again.cached
+    assert (again.float32_ms, again.bfloat16_ms) == ((30.0, 60.0), (10.0, 30.0))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)  # another thread count is another reading
+        assert not probe_precision().cached and len(calls) == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert probe_precision(cache=False) and len(calls) == 3  # cache=False always measures
+    (tmp_path / "cpu_precision.json").write_text("{torn")
+    assert not probe_precision().cached and len(calls) == 4  # a torn cache file is measured again and rewritten
+
+
+def test_a_real_measurement_times_every_shape_in_both_precisions():
+    probe = measure_precision(repeats=1)
+    assert len(probe.float32_ms) == len(probe.bfloat16_ms) == len(PROBE_SHAPES) == 2
+    assert all(ms > 0 for ms in probe.float32_ms + probe.bfloat16_ms)
+    assert probe.threads == torch.get_num_threads() and probe.torch_version == torch.__version__
 
 
 def test_forced_values_and_an_explicit_bf16():
-    assert cpu_compute_dtype("bfloat16", set()) == torch.bfloat16  # forced where the CPU has no native bfloat16
-    assert cpu_compute_dtype("float32", {"amx_bf16"}) == torch.float32  # forced off where it has
-    assert cpu_compute_dtype("auto", set(), bf16=True) == torch.bfloat16  # an explicit bf16 wins over auto
-    assert cpu_compute_dtype("auto", {"amx_bf16"}, bf16=False) == torch.float32
-    assert cpu_compute_dtype("bfloat16", set(), bf16=True) == torch.bfloat16
-    assert cpu_compute_dtype("float32", set(), bf16=False) == torch.float32
+    assert cpu_compute_dtype("bfloat16", _never) == torch.bfloat16  # forced, whatever the CPU measures
+    assert cpu_compute_dtype("float32", _never) == torch.float32
+    assert cpu_compute_dtype("auto", _never, bf16=True) == torch.bfloat16  # an explicit bf16 wins over auto
+    assert cpu_compute_dtype("auto", _never, bf16=False) == torch.float32
+    assert cpu_compute_dtype("bfloat16", _never, bf16=True) == torch.bfloat16
+    assert cpu_compute_dtype("float32", _never, bf16=False) == torch.float32
 
 
 @pytest.mark.parametrize("option, bf16, fp16, match", [
@@ -63,18 +126,18 @@ def test_forced_values_and_an_explicit_bf16():
 ])
 def test_contradictions_are_refused_naming_the_fields(option, bf16, fp16, match):
     with pytest.raises(ValueError, match=match):
-        cpu_compute_dtype(option, {"amx_bf16"}, bf16=bf16, fp16=fp16)
+        cpu_compute_dtype(option, _never, bf16=bf16, fp16=fp16)
 
 
 def _config(tmp_path, **kwargs):
     return ExplorationConfig(output_dir=str(tmp_path), report_to="none", **kwargs)
 
 
-def test_config_sets_use_cpu_and_bf16_from_the_flags(tmp_path, monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
+def test_config_sets_use_cpu_and_bf16_from_the_measurement(tmp_path, monkeypatch):
+    monkeypatch.setattr(precision, "probe_precision", lambda: _probe((31.0, 75.0), (11.0, 30.0)))
     args = _config(tmp_path)
     assert (args.use_cpu, args.bf16, args.mixed_precision) == (True, True, "bf16")
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "probe_precision", lambda: _probe((33.5, 60.0), (50.6, 43.0)))
     args = _config(tmp_path)
     assert (args.use_cpu, args.bf16, args.mixed_precision) == (True, False, "no")  # the float32 fallback
     args = _config(tmp_path, cpu_precision="bfloat16")
@@ -100,12 +163,16 @@ def test_on_a_gpu_nothing_is_changed(monkeypatch):
 def test_the_precision_line_says_what_and_why():
     cpu = torch.device("cpu")
     on = types.SimpleNamespace(bf16=True, fp16=False, cpu_precision="auto")
-    assert precision_line(on, cpu, flags={"amx_bf16", "avx512_bf16"}) == (
+    assert precision_line(on, cpu, flags={"avx512_bf16", "avx2"}, probe=_probe((31.0, 75.0), (11.0, 30.0))) == (
         "precision: bfloat16 mixed on the CPU (float32 weights and optimizer; bfloat16 autocast for the loss, the "
-        "rollouts and the held-out evaluation): cpu_precision='auto', CPU flag amx_bf16")
+        "rollouts and the held-out evaluation): cpu_precision='auto', bfloat16 measured 2.7x as fast as float32 (a "
+        "training forward's MLP matmul 2.8x, a decoding step's LM head 2.5x; 2 threads); CPU flag avx512_bf16")
     off = types.SimpleNamespace(bf16=False, fp16=False, cpu_precision="auto")
-    assert precision_line(off, cpu, flags=set()) == (
-        "precision: float32 on the CPU: cpu_precision='auto', no amx_bf16 on this CPU")
+    assert precision_line(off, cpu, flags=set(), probe=_probe((33.5, 60.0), (50.6, 43.0), cached=True)) == (
+        "precision: float32 on the CPU: cpu_precision='auto', bfloat16 measured 1.0x as fast as float32 (a training "
+        "forward's MLP matmul 0.7x, a decoding step's LM head 1.4x; 2 threads, cached); no bfloat16 CPU flag")
+    forced = types.SimpleNamespace(bf16=True, fp16=False, cpu_precision="bfloat16")
+    assert precision_line(forced, cpu, flags={"amx_bf16"}).endswith(": cpu_precision='bfloat16'; CPU flag amx_bf16")
 
 
 class _Recorder:

@@ -5,6 +5,7 @@ the evaluation used before the stack existed), on a tiny model whose EOS is like
 samples both occur.
 """
 
+import functools
 import json
 
 import pytest
@@ -19,6 +20,8 @@ from trl_explore.sampling import (
     make_generator,
     request_seeds,
 )
+from trl_explore.sampling import decode as decode_module
+from trl_explore.sampling.decode import fast_generate
 from trl_explore.sampling.seeds import batch_seed, forked_devices, isolated_rng
 
 PROMPTS = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
@@ -38,9 +41,11 @@ def eos_likely_model(tiny_model, smollm2_tokenizer):
     return model
 
 
-def plain_per_batch_generate(model, tok, prompts, num_samples, batch_rows, seed, **sampling):
+def plain_per_batch_generate(model, tok, prompts, num_samples, batch_rows, seed, sample=None, **sampling):
     """The reference: rows (prompt, sample) prompt by prompt, ``batch_rows`` per call, left padding, batch b after
-    ``torch.manual_seed(seed + b)``, completions cut after the first EOS. Returns ``[prompt][sample]`` token ids."""
+    ``torch.manual_seed(seed + b)``, completions cut after the first EOS. Returns ``[prompt][sample]`` token ids.
+    ``sample``: the ``generate``-like call (default ``model.generate``)."""
+    sample = model.generate if sample is None else sample
     encoded = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
                for p in prompts]
     rows = [(p, s) for p in range(len(prompts)) for s in range(num_samples)]
@@ -52,8 +57,8 @@ def plain_per_batch_generate(model, tok, prompts, num_samples, batch_rows, seed,
         mask = torch.tensor([[0] * (width - len(encoded[p])) + [1] * len(encoded[p]) for p, _ in batch])
         torch.manual_seed(seed + b)
         with torch.no_grad():
-            generated = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=tok.pad_token_id,
-                                       eos_token_id=[tok.eos_token_id], **sampling)
+            generated = sample(input_ids=ids, attention_mask=mask, pad_token_id=tok.pad_token_id,
+                               eos_token_id=[tok.eos_token_id], **sampling)
         for (p, s), row in zip(batch, generated[:, width:].tolist()):
             out[p][s] = row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row
     return out
@@ -117,9 +122,12 @@ def test_batch_cache_names_its_file_by_the_work_and_skips_a_torn_line(tmp_path):
     assert cache.read() == {(0, 0): (0, 0, [5, 6], False), (0, 1): (0, 1, [7], True)}
 
 
-def test_per_batch_samples_match_a_plain_generate_loop(eos_likely_model, smollm2_tokenizer):
+@pytest.mark.parametrize("fast_decode", [False, True], ids=["generate", "fast_decode"])
+def test_per_batch_samples_match_a_plain_generate_loop(eos_likely_model, smollm2_tokenizer, fast_decode):
+    # fast_decode=False: model.generate's own samples; True: trl_explore's decoder (other samples, the same seeding)
     model, tok = eos_likely_model, smollm2_tokenizer
-    generator = TransformersGenerator(model, tok, batch_size=4, show_progress=False)
+    generator = TransformersGenerator(model, tok, batch_size=4, show_progress=False, fast_decode=fast_decode)
+    sample = functools.partial(fast_generate, model) if fast_decode else None
     flat = []
     for plan, sampling in [
         (SamplingPlan(num_samples=3, temperature=1.0, max_new_tokens=6), dict(do_sample=True, temperature=1.0,
@@ -130,7 +138,7 @@ def test_per_batch_samples_match_a_plain_generate_loop(eos_likely_model, smollm2
          dict(do_sample=True, temperature=1.0, top_p=1.0)),  # top_k=None: generation_config.top_k (50)
     ]:
         got = generator.generate(PROMPTS, plan, seed=3)
-        reference = plain_per_batch_generate(model, tok, PROMPTS, plan.num_samples, 4, 3,
+        reference = plain_per_batch_generate(model, tok, PROMPTS, plan.num_samples, 4, 3, sample=sample,
                                              max_new_tokens=plan.max_new_tokens, **sampling)
         assert got.token_ids == reference
         assert got.truncated == [[ids[-1] != tok.eos_token_id for ids in group] for group in reference]
@@ -154,6 +162,7 @@ def test_evaluation_samples_match_a_plain_generate_loop(eos_likely_model, smollm
     generator = TransformersGenerator(model, tok, batch_size=4, show_progress=False)
     records, _ = evaluate_dataset(generator, data, plan, seed=1)
     reference = plain_per_batch_generate(model, tok, [build_messages(row, plan) for row in data], 3, 4, 1,
+                                         sample=functools.partial(fast_generate, model),  # the default decoder
                                          max_new_tokens=6, do_sample=True, temperature=0.8, top_p=1.0, top_k=0)
     flat = [ids for group in reference for ids in group]
     assert [r["completion"] for r in records] == [tok.decode(ids, skip_special_tokens=True) for ids in flat]
@@ -161,19 +170,22 @@ def test_evaluation_samples_match_a_plain_generate_loop(eos_likely_model, smollm
     assert [r["truncated"] for r in records] == [ids[-1] != tok.eos_token_id for ids in flat]
 
 
-def test_once_seeding_runs_one_generator_over_the_batches(eos_likely_model, smollm2_tokenizer, tmp_path):
+@pytest.mark.parametrize("fast_decode", [False, True], ids=["generate", "fast_decode"])
+def test_once_seeding_runs_one_generator_over_the_batches(eos_likely_model, smollm2_tokenizer, tmp_path,
+                                                          fast_decode):
     model, tok = eos_likely_model, smollm2_tokenizer
     plan = SamplingPlan(num_samples=2, temperature=1.0, max_new_tokens=6)
-    got = TransformersGenerator(model, tok, batch_size=2, show_progress=False).generate(PROMPTS, plan, seed=3,
-                                                                                       seeding="once")
+    got = TransformersGenerator(model, tok, batch_size=2, show_progress=False, fast_decode=fast_decode).generate(
+        PROMPTS, plan, seed=3, seeding="once")
     torch.manual_seed(3)
     reference = []
     for p in PROMPTS:  # one prompt (2 rows) per batch, no reseeding in between
         ids = tok.apply_chat_template(p, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ids = {name: value.repeat(2, 1) for name, value in ids.items()}
+        sample = functools.partial(fast_generate, model) if fast_decode else model.generate
         with torch.no_grad():
-            out = model.generate(**ids, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6,
-                                 num_return_sequences=2, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=[tok.eos_token_id])
+            out = sample(**ids, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6,
+                         pad_token_id=tok.pad_token_id, eos_token_id=[tok.eos_token_id])
         rows = out[:, ids["input_ids"].shape[1] :].tolist()
         reference.append([r[: r.index(tok.eos_token_id) + 1] if tok.eos_token_id in r else r for r in rows])
     assert got.token_ids == reference
@@ -271,7 +283,7 @@ def test_killed_generation_resumes_from_its_finished_batches(smollm2_tokenizer, 
 
     reference = generator().generate(prompts, plan, seed=3, desc="bench")
     calls = []
-    generate = model.generate
+    generate = functools.partial(decode_module.fast_generate, model)  # the default decoder's call, one per batch
 
     def killed_after_two_batches(*args, **kwargs):
         if len(calls) == 2:
@@ -279,14 +291,14 @@ def test_killed_generation_resumes_from_its_finished_batches(smollm2_tokenizer, 
         calls.append(1)
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(model, "generate", killed_after_two_batches)
+    monkeypatch.setattr(decode_module, "fast_generate", lambda model, *a, **k: killed_after_two_batches(*a, **k))
     with pytest.raises(KeyboardInterrupt):
         generator(tmp_path / "partial").generate(prompts, plan, seed=3, desc="bench")
     (partial,) = (tmp_path / "partial").glob("bench-*.jsonl")
     assert len(partial.read_text().splitlines()) == 4  # 2 finished batches of 2 rows were kept
-    monkeypatch.setattr(model, "generate", generate)
     resumed_calls = []
-    monkeypatch.setattr(model, "generate", lambda *a, **k: resumed_calls.append(1) or generate(*a, **k))
+    monkeypatch.setattr(decode_module, "fast_generate",
+                        lambda model, *a, **k: resumed_calls.append(1) or generate(*a, **k))
     resumed = generator(tmp_path / "partial").generate(prompts, plan, seed=3, desc="bench")
     assert len(resumed_calls) == 1  # only the missing third batch
     assert resumed.token_ids == reference.token_ids and resumed.texts == reference.texts

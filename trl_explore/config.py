@@ -100,8 +100,9 @@ class ExplorationConfig(GRPOConfig):
         cpu_precision (`str`, defaults to `"auto"`):
             The precision of a run on a CPU (`trl_explore.precision`): `"bfloat16"` is mixed precision (float32
             weights and optimizer, bfloat16 autocast for the loss forward and backward, the rollouts and the held-out
-            evaluation), `"float32"` plain float32, `"auto"` bfloat16 where the CPU computes it fast (`amx_bf16` in
-            /proc/cpuinfo; `avx512_bf16` alone was measured slower than float32), else float32. Sets `use_cpu` and
+            evaluation), `"float32"` plain float32, `"auto"` bfloat16 where a short measurement on first use finds it
+            clearly faster than float32 on this CPU (`trl_explore.precision.probe_precision`: a few matrix products in
+            both precisions, cached per CPU model, torch version and thread count), else float32. Sets `use_cpu` and
             `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on a GPU, where
             `bf16` / `fp16` keep TRL's meaning.
         share_prompt_forward (`bool`, defaults to `False`):
@@ -110,6 +111,13 @@ class ExplorationConfig(GRPOConfig):
             of `G (P + T)`. The same log-probs and entropies to float rounding. Used where it applies (one process,
             no wrapper, no gradient checkpointing, no PEFT, no forward hook on the model, rotary or ALiBi
             positions); TRL's forward elsewhere.
+
+        fast_decode (`bool`, defaults to `True`):
+            Sample HF rollouts with `trl_explore.sampling.decode` instead of `generate`: each group's prompt prefilled
+            once, finished completions dropped from the batch, a key/value cache written in place. The same
+            next-token distribution from the same random generator (other samples than `generate`'s for one seed);
+            settings it does not reproduce (beam search, repetition penalty, images, ...) fall back to `generate`.
+            Not read with vLLM or `use_transformers_paged`.
 
     Raises:
         ValueError: an unknown name for a TRL option with a closed set of values (`check_trl_choices`) or for
@@ -134,8 +142,8 @@ class ExplorationConfig(GRPOConfig):
 
     cpu_precision: str = field(
         default="auto",
-        metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where the CPU has amx_bf16, "
-                          "else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
+        metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where a short measurement finds it "
+                          "faster, else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
                           "for loss, rollouts and held-out evaluation) or 'float32'. Sets use_cpu and bf16; an "
                           "explicit bf16 wins over 'auto'. Not read on a GPU.",
                   "choices": list(CPU_PRECISIONS)},
@@ -147,6 +155,12 @@ class ExplorationConfig(GRPOConfig):
                           "cache over the group's completions (same values to float rounding; faster when prompts "
                           "are long beside completions). Used on one process without gradient checkpointing, "
                           "PEFT or forward hooks; TRL's forward otherwise."},
+    )
+
+    fast_decode: bool = field(
+        default=True,
+        metadata={"help": "Sample HF rollouts with trl_explore's decoder (shared prompt prefill, finished rows "
+                          "dropped): the same distribution as generate, faster; false: TRL's generate."},
     )
 
     def __post_init__(self):

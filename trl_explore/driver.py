@@ -41,10 +41,11 @@ from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
 from trl_explore.positions import check_context_length, check_position_ids_supported
-from trl_explore.precision import generation_autocast, precision_line
+from trl_explore.precision import precision_line
 from trl_explore.resume import ResumableTrainerMixin
 from trl_explore.rows import check_datasets, check_prompt_rows
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
+from trl_explore.sampling.decode import rollout_sampling
 from trl_explore.scoring import (
     ScoringMixin,
     _check_declared_edit,
@@ -191,13 +192,12 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
-        # sampling contexts (steering, recorders) and, in the CPU bfloat16 tier, one autocast over HF `generate`.
-        lengths = [len(p) for p in prompt_ids]  # past the position table: an error (absolute positions) or a warning
-        self._warned_context = check_context_length(self.model, lengths, self.max_completion_length,
-                                                    self._warned_context)
+        # sampling contexts (steering, recorders) and `rollout_sampling` (HF path: bfloat16 autocast, fast decoder).
+        self._warned_context = check_context_length(  # past the position table: an error or a warning
+            self.model, [len(p) for p in prompt_ids], self.max_completion_length, self._warned_context)
         call = SamplingCall(self._generation.mode, self._generation.rows, num_generations)
-        precision = None if self.use_vllm else generation_autocast(self.args, self.accelerator.device)
-        with _enter(contextlib.ExitStack(), [precision, *(c.sampling_context(call) for c in self.components)]):
+        contexts = [rollout_sampling(self), *(c.sampling_context(call) for c in self.components)]
+        with _enter(contextlib.ExitStack(), contexts):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
 

@@ -14,28 +14,47 @@ What "bfloat16" means on a CPU here (``ExplorationConfig.cpu_precision``):
   own cast), and every log-softmax, entropy and log-prob of the package is taken on float32 logits
   (``trl_explore.sampler_settings.processed_logits``); docs/performance.md gives the measured differences.
 
-Chosen on a CPU from the flags of ``/proc/cpuinfo`` (:data:`NATIVE_BF16_FLAGS`), and never on a GPU: where an
-accelerator is used, ``bf16`` / ``fp16`` keep TRL's meaning and ``cpu_precision`` is not read.
+Chosen on a CPU by measuring (:func:`probe_precision`): ``"auto"`` times a few matrix products of a small decoder
+LLM in float32 and in bfloat16 at the run's thread count and picks bfloat16 where it is clearly faster
+(:meth:`PrecisionProbe.prefers_bfloat16`). The CPU flags do not decide: the same flag was measured to mean opposite
+things on two CPUs (``avx512_bf16`` made bfloat16 1.5 times slower than float32 on a Xeon without AMX and 2.7 times
+faster on a Zen 4 EPYC). The reading is cached per CPU model, torch version and thread count. Never chosen on a GPU:
+where an accelerator is used, ``bf16`` / ``fp16`` keep TRL's meaning and ``cpu_precision`` is not read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import math
 import os
-from collections.abc import Iterable
+import platform
+import time
+from collections.abc import Callable, Iterable
 
 import torch
 
 CPU_PRECISIONS = ("auto", "bfloat16", "float32")
 """The values of ``ExplorationConfig.cpu_precision``."""
 
-NATIVE_BF16_FLAGS = ("amx_bf16",)
-"""``/proc/cpuinfo`` flags of CPUs on which ``"auto"`` picks bfloat16: Intel AMX (``amx_bf16``). Measured, one
-thread, torch 2.13: on a Xeon with ``amx_bf16`` a 2048 x 576 @ 576 x 1536 matmul ran 5.5 times faster in bfloat16
-than in float32 (issue 28); on a Xeon with ``avx512_bf16`` but no AMX the same matmul ran 1.5 times SLOWER in
-bfloat16 (50.6 ms against 33.5 ms) and a decoding step's LM head only 1.4 times faster, so ``avx512_bf16`` alone does
-not qualify. Other CPUs (no flag, other architectures, an unreadable ``/proc/cpuinfo``) get float32 from ``"auto"``;
-``cpu_precision="bfloat16"`` forces the tier there."""
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""``/proc/cpuinfo`` flags that name bfloat16 instructions; printed in the start line as information only. Measured,
+one thread, torch 2.13, a 2048 x 576 @ 576 x 1536 matmul: a Xeon with ``amx_bf16`` ran it 5.5 times faster in
+bfloat16 than in float32; a Xeon with ``avx512_bf16`` but no AMX 1.5 times SLOWER (50.6 ms against 33.5 ms); a Zen 4
+EPYC with ``avx512_bf16`` and no AMX 2.7 times faster (85 against 31 GFLOP/s). Hence :func:`probe_precision`."""
+
+PROBE_SHAPES: tuple[tuple[str, tuple[int, int, int]], ...] = (
+    ("a training forward's MLP matmul", (512, 576, 1536)),
+    ("a decoding step's LM head", (16, 576, 49152)),
+)
+"""The products :func:`probe_precision` times, ``(what, (m, k, n))`` for ``[m, k] @ [k, n]``: the shapes of the
+embedded SmolLM2-135M-Instruct (hidden size 576, MLP width 1536, vocabulary 49152), one compute-bound (a forward over
+512 tokens, as in the loss) and one bound by reading the weights (16 rows, one decoding step)."""
+
+BF16_MIN_SPEEDUP = 1.25
+"""``"auto"`` picks bfloat16 when the geometric mean of its speed-ups over :data:`PROBE_SHAPES` is at least this and no
+shape is slower in bfloat16 (a margin over the timing noise and over autocast's own casts)."""
 
 
 def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
@@ -62,23 +81,144 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return frozenset(flags)
 
 
-def native_bf16_flags(flags: Iterable[str]) -> tuple[str, ...]:
-    """The flags of :data:`NATIVE_BF16_FLAGS` among ``flags`` (empty: ``"auto"`` picks float32)."""
+def bf16_flags(flags: Iterable[str]) -> tuple[str, ...]:
+    """The flags of :data:`BF16_FLAGS` among ``flags`` (information for the start line; they decide nothing)."""
     present = {f.lower() for f in flags}
-    return tuple(f for f in NATIVE_BF16_FLAGS if f in present)
+    return tuple(f for f in BF16_FLAGS if f in present)
 
 
-def cpu_compute_dtype(option: str, flags: Iterable[str], bf16: bool | None = None, fp16: bool = False) -> torch.dtype:
+def cpu_model() -> str:
+    """The CPU's model name (``model name`` of ``/proc/cpuinfo``, else ``platform.processor()``, else
+    ``"unknown CPU"``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip().lower() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionProbe:
+    """What :func:`probe_precision` measured: the best of several timings of each :data:`PROBE_SHAPES` product.
+
+    Attributes:
+        float32_ms, bfloat16_ms: milliseconds per product, one per shape of :data:`PROBE_SHAPES`.
+        threads: torch's intra-op thread count during the measurement.
+        cpu: the CPU model (:func:`cpu_model`); torch_version: ``torch.__version__``.
+        cached: read back from the cache file rather than measured now.
+    """
+
+    float32_ms: tuple[float, ...]
+    bfloat16_ms: tuple[float, ...]
+    threads: int
+    cpu: str
+    torch_version: str
+    cached: bool = False
+
+    @property
+    def speedups(self) -> tuple[float, ...]:
+        """float32 time / bfloat16 time, per shape (above 1: bfloat16 is faster)."""
+        return tuple(f / b for f, b in zip(self.float32_ms, self.bfloat16_ms))
+
+    @property
+    def speedup(self) -> float:
+        """The geometric mean of :attr:`speedups`."""
+        return math.exp(sum(math.log(s) for s in self.speedups) / len(self.speedups))
+
+    def prefers_bfloat16(self) -> bool:
+        """bfloat16 is clearly faster: :attr:`speedup` >= :data:`BF16_MIN_SPEEDUP` and no shape slower."""
+        return self.speedup >= BF16_MIN_SPEEDUP and min(self.speedups) >= 1.0
+
+    def summary(self) -> str:
+        """One clause for the start line, e.g. ``"bfloat16 measured 2.6x as fast as float32 (a training forward's
+        MLP matmul 2.8x, a decoding step's LM head 2.5x; 2 threads)"``."""
+        parts = ", ".join(f"{what} {s:.1f}x" for (what, _), s in zip(PROBE_SHAPES, self.speedups))
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return (f"bfloat16 measured {self.speedup:.1f}x as fast as float32 ({parts}; {threads}"
+                f"{', cached' if self.cached else ''})")
+
+
+def _best_matmul_ms(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -> float:
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=generator).to(dtype)
+    b = torch.randn(k, n, generator=generator).to(dtype)
+    a @ b  # warm-up: the kernel's first call allocates and dispatches
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 1000 * best
+
+
+def measure_precision(repeats: int = 5) -> PrecisionProbe:
+    """Time each :data:`PROBE_SHAPES` product in float32 and in bfloat16 (best of ``repeats``, after one warm-up) at
+    torch's current thread count. About a second on a 2-core CPU.
+
+    Raises:
+        RuntimeError: torch cannot multiply bfloat16 matrices on this CPU.
+    """
+    float32 = tuple(_best_matmul_ms(*shape, torch.float32, repeats) for _, shape in PROBE_SHAPES)
+    bfloat16 = tuple(_best_matmul_ms(*shape, torch.bfloat16, repeats) for _, shape in PROBE_SHAPES)
+    return PrecisionProbe(float32, bfloat16, torch.get_num_threads(), cpu_model(), torch.__version__)
+
+
+def _probe_cache_path():
+    from trl_explore.defaults import cache_dir
+
+    return cache_dir() / "cpu_precision.json"
+
+
+def probe_precision(cache: bool = True) -> PrecisionProbe:
+    """The float32 / bfloat16 reading of this CPU (:func:`measure_precision`), measured once and cached.
+
+    The cache is ``<trl_explore cache>/cpu_precision.json`` (``$TRL_EXPLORE_CACHE`` or ``~/.cache/trl_explore``), one
+    entry per CPU model, torch version and thread count; delete it to measure again.
+
+    Args:
+        cache: read and write the cache file (False: measure every call).
+    """
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    path = _probe_cache_path()
+    entries = {}
+    if cache:
+        try:
+            entries = json.loads(path.read_text())
+            entry = entries[key]
+            return PrecisionProbe(tuple(entry["float32_ms"]), tuple(entry["bfloat16_ms"]), entry["threads"],
+                                  entry["cpu"], entry["torch_version"], cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            entries = entries if isinstance(entries, dict) else {}
+    probe = measure_precision()
+    if cache:
+        entry = dataclasses.asdict(probe)
+        entry.pop("cached")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({**entries, key: entry}, indent=1))
+            os.replace(temporary, path)  # two processes writing at once: the last whole file wins
+        except OSError:
+            pass  # a read-only cache: measured again next time
+    return probe
+
+
+def cpu_compute_dtype(option: str, measure: Callable[[], PrecisionProbe] = probe_precision, bf16: bool | None = None,
+                      fp16: bool = False) -> torch.dtype:
     """The compute precision of a training run on a CPU: ``torch.bfloat16`` (mixed: float32 weights and optimizer,
     bfloat16 autocast) or ``torch.float32``.
 
     Rules: an explicit ``bf16`` wins (``True``: bfloat16, ``False``: float32); unset (``None``, TRL's default),
-    ``option`` decides: ``"bfloat16"`` or ``"float32"`` as named, ``"auto"`` bfloat16 when ``flags`` hold one of
-    :data:`NATIVE_BF16_FLAGS`, else float32.
+    ``option`` decides: ``"bfloat16"`` or ``"float32"`` as named, ``"auto"`` bfloat16 when ``measure()`` says it is
+    clearly faster (:meth:`PrecisionProbe.prefers_bfloat16`), else float32 (also when bfloat16 cannot be measured).
 
     Args:
         option: ``ExplorationConfig.cpu_precision``, one of :data:`CPU_PRECISIONS`.
-        flags: the CPU's flags (:func:`cpu_flags`).
+        measure: the reading of this CPU, called only for ``"auto"`` (default :func:`probe_precision`).
         bf16: the config's ``bf16`` as given (None when not set).
         fp16: the config's ``fp16``.
 
@@ -98,7 +238,10 @@ def cpu_compute_dtype(option: str, flags: Iterable[str], bf16: bool | None = Non
             raise ValueError(f"bf16={bf16} contradicts cpu_precision={option!r}: on a CPU, set only cpu_precision")
         return torch.bfloat16 if bf16 else torch.float32
     if option == "auto":
-        return torch.bfloat16 if native_bf16_flags(flags) else torch.float32
+        try:
+            return torch.bfloat16 if measure().prefers_bfloat16() else torch.float32
+        except RuntimeError:  # no bfloat16 matmul on this CPU
+            return torch.float32
     return torch.bfloat16 if option == "bfloat16" else torch.float32
 
 
@@ -133,7 +276,7 @@ def apply_cpu_precision(args) -> torch.dtype | None:
         raise ValueError(f"cpu_precision={option!r}: use one of {list(CPU_PRECISIONS)}")
     if not runs_on_cpu(bool(args.use_cpu)):
         return None
-    dtype = cpu_compute_dtype(option, cpu_flags(), bf16=args.bf16, fp16=bool(args.fp16))
+    dtype = cpu_compute_dtype(option, probe_precision, bf16=args.bf16, fp16=bool(args.fp16))
     args.use_cpu = True  # Transformers accepts bf16 on a CPU only with use_cpu
     args.bf16 = dtype == torch.bfloat16
     return dtype
@@ -154,18 +297,34 @@ def generation_autocast(args, device: torch.device) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
-def precision_line(args, device: torch.device, flags: Iterable[str] | None = None) -> str:
+def precision_line(args, device: torch.device, flags: Iterable[str] | None = None,
+                   probe: PrecisionProbe | None = None) -> str:
     """One line saying the training precision and why, e.g. ``"precision: bfloat16 mixed on the CPU (float32 weights
     and optimizer; bfloat16 autocast for the loss, the rollouts and the held-out evaluation): cpu_precision='auto',
-    CPU flag amx_bf16"``."""
+    bfloat16 measured 2.6x as fast as float32 (...; 2 threads, cached); CPU flags avx512_bf16"``.
+
+    Args:
+        args: the training config; device: its device.
+        flags: the CPU's flags (default: :func:`cpu_flags`), named for information.
+        probe: the reading behind ``"auto"`` (default: :func:`probe_precision`, read back from its cache).
+    """
     device = torch.device(device)
     if device.type != "cpu":
         mode = "bfloat16" if getattr(args, "bf16", False) else "float16" if getattr(args, "fp16", False) else "float32"
         return f"precision: {mode} on {device.type} (bf16={getattr(args, 'bf16', None)}, fp16={args.fp16})"
-    found = native_bf16_flags(cpu_flags() if flags is None else flags)
+    found = bf16_flags(cpu_flags() if flags is None else flags)
     option = getattr(args, "cpu_precision", None)
-    why = (f"cpu_precision={option!r}, " if option is not None else f"bf16={getattr(args, 'bf16', None)}, ") + (
-        f"CPU flag{'s' if len(found) > 1 else ''} {', '.join(found)}" if found else "no amx_bf16 on this CPU")
+    if option == "auto":
+        try:
+            measured = (probe or probe_precision()).summary()
+        except RuntimeError as error:
+            measured = f"bfloat16 could not be measured ({error})"
+        why = f"cpu_precision='auto', {measured}"
+    elif option is not None:
+        why = f"cpu_precision={option!r}"
+    else:
+        why = f"bf16={getattr(args, 'bf16', None)}"
+    why += f"; CPU flag{'s' if len(found) > 1 else ''} {', '.join(found)}" if found else "; no bfloat16 CPU flag"
     if cpu_bf16_active(args, device):
         return ("precision: bfloat16 mixed on the CPU (float32 weights and optimizer; bfloat16 autocast for the loss, "
                 f"the rollouts and the held-out evaluation): {why}")

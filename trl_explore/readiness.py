@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainerCallback
 
+from trl_explore.sampling.decode import rollout_sampling
 from trl_explore.sampling.seeds import isolated_rng
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def sample_and_grade(trainer, rows: list[dict]) -> tuple[torch.Tensor, torch.Ten
     was_training = trainer.model.training
     trainer.model.train()  # as in training: TRL generates with the model in training mode
     try:
-        with torch.no_grad():
+        with torch.no_grad(), rollout_sampling(trainer):  # the run's precision and HF decoder
             completion_ids, _ = GRPOTrainer._generate_single_turn(trainer, prompt_ids, images, fields, group)
     finally:
         trainer.model.train(was_training)

@@ -1,7 +1,9 @@
-"""The transformers backend: batched sampling with ``model.generate``, seeded per batch, resumable."""
+"""The transformers backend: batched sampling (:mod:`~trl_explore.sampling.decode`, or ``model.generate``), seeded
+per batch, resumable."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import pathlib
 import time
@@ -26,6 +28,10 @@ class TransformersGenerator:
         tokenizer: its tokenizer with a chat template (the pad token defaults to EOS).
         batch_size: rows per ``generate`` call (default 32).
         show_progress: tqdm bar per call of :meth:`generate`.
+        fast_decode: sample with :func:`~trl_explore.sampling.decode.fast_generate` (default True): each prompt's
+            prefill shared by its samples, finished rows dropped, the same next-token distribution as ``generate``
+            (other samples for the same seed); settings it does not reproduce fall back to ``generate``. False:
+            ``model.generate``.
         partial_dir: folder where every finished batch is appended at once (``<desc>-<fingerprint>.jsonl``,
             :class:`~trl_explore.sampling.cache.BatchCache`), and read back by the next call with the same work (same
             prompts, plan, seed, batch size, routes and steering), which then generates only the missing batches: a
@@ -38,7 +44,7 @@ class TransformersGenerator:
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 32, show_progress: bool = True,
-                 partial_dir: str | pathlib.Path | None = None):
+                 partial_dir: str | pathlib.Path | None = None, fast_decode: bool = True):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not getattr(tokenizer, "chat_template", None):
@@ -47,6 +53,7 @@ class TransformersGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.show_progress = show_progress
+        self.fast_decode = fast_decode
         self.partial_dir = None if partial_dir is None else pathlib.Path(partial_dir)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -86,6 +93,8 @@ class TransformersGenerator:
         import torch
         from tqdm.auto import tqdm
 
+        from trl_explore.sampling.decode import fast_generate
+
         if steering is not None and not isinstance(steering, Steering):
             raise TypeError(f"steering must be a trl_explore.sampling.Steering (ASE: trl_explore.ase.inference."
                             f"steering_for(steerer, vectors, alpha)), got {type(steering).__name__}")
@@ -117,6 +126,7 @@ class TransformersGenerator:
         cache = None
         if self.partial_dir is not None:
             key = [encoded, asdict(plan), seed, self.batch_size, routes, None if steering is None else steering.key]
+            key += ["fast"] if self.fast_decode else []  # other samples than generate's: never mixed in one file
             cache = BatchCache(self.partial_dir, desc, key)
         done = cache.read() if cache is not None else {}
         for p, s, ids, is_truncated in done.values():
@@ -143,13 +153,14 @@ class TransformersGenerator:
                     input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                     max_new_tokens=plan.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_ids, **sampling,
                 )  # fmt: skip
+                sample = functools.partial(fast_generate, self.model) if self.fast_decode else self.model.generate
                 with torch.no_grad():
                     if steering is None:
-                        output = self.model.generate(**kwargs)
+                        output = sample(**kwargs)
                     else:
                         route_ids = torch.tensor([routes[p][s] for p, s in batch], dtype=torch.long)
                         with steering.context(route_ids):
-                            output = self.model.generate(**kwargs)
+                            output = sample(**kwargs)
                 for i, (p, s) in enumerate(batch):
                     ids = output[i, width:].tolist()
                     cut = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)

@@ -37,6 +37,7 @@ from trl_explore.ase.steering.base import (
 )
 from trl_explore.models import unwrap_model
 from trl_explore.positions import mask_positions
+from trl_explore.sampling.decode import current_rows, row_keys
 
 # Attribute paths (after unwrapping) where decoder stacks live, tried after ``get_decoder().layers``.
 _LAYER_PATHS = (
@@ -200,18 +201,21 @@ class ActivationSteeringGenerator(SteeringBackend):
 
         def steer_hook(module, args, output):
             hidden = block_hidden_states(output)
-            if hidden.dim() != 3 or hidden.shape[0] != batch or hidden.shape[-1] != dim:
+            # trl_explore's decoder shares prefills and drops finished rows: it names the rows of each forward
+            active = current_rows()
+            rows = batch if active is None else len(active.index)
+            if hidden.dim() != 3 or hidden.shape[0] != rows or hidden.shape[-1] != dim:
                 raise RuntimeError(
-                    f"steering expects block outputs of shape [B={batch}, T, d={dim}], got {tuple(hidden.shape)}: "
+                    f"steering expects block outputs of shape [B={rows}, T, d={dim}], got {tuple(hidden.shape)}: "
                     "beam search, num_return_sequences > 1 and paged generation are not supported"
                 )
             self.hook_calls += 1
             if not steer_any:
                 return None
             if not self.steer_prompt:
-                if self.hook_calls == 1:
+                if (self.hook_calls == 1) if active is None else active.prefill:
                     return None  # the prefill pass stays clean
-                if hidden.shape[1] != 1:
+                if active is None and hidden.shape[1] != 1:
                     raise RuntimeError(
                         "steer_prompt=False: a second multi-token forward pass was seen; use one generate call "
                         "per steering context"
@@ -219,7 +223,8 @@ class ActivationSteeringGenerator(SteeringBackend):
             key = (hidden.device, hidden.dtype)
             if key not in cast_cache:
                 cast_cache[key] = offsets.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(1)  # [B, 1, d]
-            return add_to_block_output(output, cast_cache[key])
+            added = cast_cache[key] if active is None else cast_cache[key][active.index.to(hidden.device)]
+            return add_to_block_output(output, added)
 
         def count_forward(module, args):
             self.forward_calls += 1
@@ -230,7 +235,8 @@ class ActivationSteeringGenerator(SteeringBackend):
             handles.append(block.register_forward_hook(steer_hook))
             handles.append(unwrap_model(self.model).register_forward_pre_hook(count_forward))
             self._active = True
-            yield
+            with row_keys(route_ids):  # rows of different routes never share a prefill in trl_explore's decoder
+                yield
         finally:
             for handle in handles:
                 handle.remove()
