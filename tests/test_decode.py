@@ -211,3 +211,60 @@ def test_bad_input_is_refused(eos_model):
     with pytest.raises(ValueError, match="row_keys gave 1 keys for a batch of 2 rows"):
         with row_keys(torch.tensor([0])):
             decode(eos_model, [[1, 2], [3, 4]], max_new_tokens=3, eos_token_ids=[2], sampler=None)
+
+
+@pytest.mark.parametrize("sampler", [SamplerSettings(), SamplerSettings(temperature=0.7, top_k=40, top_p=0.9)],
+                         ids=["plain", "truncated"])
+@pytest.mark.parametrize("keep_previous", [False, True])
+def test_oger_h_last_follows_the_decoders_rows(eos_model, smollm2_tokenizer, sampler, keep_previous):
+    """OGER's recorder under the decoder: H_last (and the step before a final EOS) equals the entropy of the
+    teacher-forced, processed distribution at each row's last token, for rows that shared a prefill and were dropped."""
+    from trl_explore.oger.entropy import LastTokenEntropyRecorder
+    from trl_explore.sampler_settings import entropy_from_logits
+
+    tok = smollm2_tokenizer
+    prompts = _prompts(tok, QUESTIONS[:3], repeat=3)
+    ids, mask = _left_pad(prompts, tok.pad_token_id)
+    eos = [tok.eos_token_id]
+    torch.manual_seed(4)
+    with LastTokenEntropyRecorder(eos_model, sampler, eos, keep_previous) as recorder, torch.no_grad():
+        out = fast_generate(eos_model, ids, mask, max_new_tokens=10, do_sample=True, temperature=sampler.temperature,
+                            top_k=sampler.top_k, top_p=sampler.top_p, pad_token_id=tok.pad_token_id, eos_token_id=eos)
+    completions = _cut(out[:, ids.shape[1] :].tolist(), tok.eos_token_id)
+    stopped = torch.tensor([c[-1] == tok.eos_token_id for c in completions])
+    assert stopped.any() and (~stopped).any()
+    lengths = torch.tensor([len(c) for c in completions])
+    wanted = lengths - (stopped & (lengths > 1)).long() if keep_previous else lengths
+    expected = []
+    for prompt, completion, position in zip(prompts, completions, wanted.tolist()):
+        with torch.no_grad():
+            logits = eos_model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+        expected.append(entropy_from_logits(processed_logits(logits, sampler))[position - 1])
+    torch.testing.assert_close(recorder.last_token_entropy(wanted), torch.stack(expected), atol=1e-5, rtol=1e-5)
+    assert not eos_model.get_output_embeddings()._forward_hooks
+
+
+def test_ase_behaviour_logprobs_follow_the_decoders_rows(eos_model, smollm2_tokenizer):
+    from trl_explore.ase.recording import SampledTokenLogProbs
+
+    tok = smollm2_tokenizer
+    sampler = SamplerSettings(temperature=0.8, top_k=50)
+    prompts = _prompts(tok, QUESTIONS[:3], repeat=3)
+    ids, mask = _left_pad(prompts, tok.pad_token_id)
+    torch.manual_seed(6)
+    with SampledTokenLogProbs(eos_model, sampler) as recorder, torch.no_grad():
+        out = fast_generate(eos_model, ids, mask, max_new_tokens=10, do_sample=True, temperature=0.8, top_k=50,
+                            pad_token_id=tok.pad_token_id, eos_token_id=[tok.eos_token_id])
+    completions = _cut(out[:, ids.shape[1] :].tolist(), tok.eos_token_id)
+    recorded = recorder.per_completion(completions, skip=[i == 4 for i in range(len(completions))])
+    assert recorded[4] == [None] * len(completions[4])  # a row put in another's place: not sampled here
+    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+        if i == 4:
+            continue
+        with torch.no_grad():
+            logits = eos_model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(processed_logits(logits, sampler), -1).gather(
+            -1, torch.tensor(completion)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(recorded[i]), expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="differ from its completion"):
+        recorder.per_completion([c[:-1] + [c[-1] + 1] for c in completions])

@@ -386,7 +386,13 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
     from trl_explore.hub import check_hub_access
     from trl_explore.readiness import NothingLearnedWatch, check_readiness
-    from trl_explore.reporting import filter_known_warnings, finish_run, silence_trl_completion_panel, use_compact_logs
+    from trl_explore.reporting import (
+        PhaseClock,
+        filter_known_warnings,
+        finish_run,
+        silence_trl_completion_panel,
+        use_compact_logs,
+    )
 
     filter_known_warnings()
     argv, debug = take_debug_flag(sys.argv[1:] if argv is None else argv)
@@ -399,7 +405,7 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), PhaseClock()  # the clock: where the time went, printed at the end
         if not script_args.completion_panel:
             silence_trl_completion_panel()
         training_args.model_init_kwargs = model_init_kwargs(model_args)
@@ -433,7 +439,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
             if trainer.accelerator.is_main_process:
                 print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
                       f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)
-            report = check_readiness(trainer, dataset, ready_args.readiness_prompts)
+            with clock("readiness check"):
+                report = check_readiness(trainer, dataset, ready_args.readiness_prompts)
             if trainer.accelerator.is_main_process:
                 print("\n".join(f"[{tag}] {line}" for line in report.lines), flush=True)
         evaluator = None
@@ -450,23 +457,26 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                 print(f"[{tag}] held-out evaluation before training on {where}: {count}, {samples}"
                       + (" + 1 greedy" if eval_args.eval_greedy else "") + " each (--eval_heldout false skips it) ...",
                       flush=True)
-            before = evaluator("before")
+            with clock("evaluation before"):
+                before = evaluator("before")
             if before is not None:  # a table per prompt format (training; neutral unless eval_neutral_format false)
                 tables = "\n".join(evaluator.before_tables())
                 print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
                       flush=True)
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
-    trainer.train(resume_from_checkpoint=resume)
+    with clock("training"):
+        trainer.train(resume_from_checkpoint=resume)
     lines = tuple(lines) + (tuple(after_train(trainer, script_args, dataset)) if after_train is not None else ())
     if evaluator is not None:
-        after = evaluator("after")  # every process takes part (the others wait for the main one)
+        with clock("evaluation after"):
+            after = evaluator("after")  # every process takes part (the others wait for the main one)
         before = evaluator.results.get("before")
         if after is not None and before is not None:
             lines += (f"held-out evaluation before and after training ({evaluator.took('after')} after):",
                       *evaluator.change_tables())
             save_heldout(training_args.output_dir, evaluator.results, evaluator.by_format.get("neutral"))
     finish_run(trainer, training_args.output_dir, script_args.dataset_name, tag, tuple(metric_prefixes(trainer)),
-               time.perf_counter() - start, lines=lines)
+               time.perf_counter() - start, lines=lines, clock=clock)
     trainer.accelerator.end_training()  # end the process group before exit (a ZeRO-3 run was seen to abort without it)
     return trainer

@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import math
 import pathlib
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -238,21 +240,67 @@ def completion_table(folder: str | pathlib.Path, columns=DEFAULT_COLUMNS, max_ch
         return table[shown].to_string(index=False)
 
 
+def process_seconds() -> float:
+    """Wall seconds since this process started (``psutil``; 0.0 where it cannot tell)."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # a missing psutil or an unreadable process table: no start-up figure
+        return 0.0
+
+
+class PhaseClock:
+    """Where a script's wall time went: ``with clock("evaluation before"): ...`` adds that block's seconds to the
+    phase; :meth:`line` puts them beside the rest of the process's time ("start-up and the rest")."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def line(self, total: float | None = None) -> str:
+        """E.g. ``"where the time went: start-up and the rest 31 s, readiness check 12 s, evaluation before 45 s,
+        training 150 s, evaluation after 44 s, saving 9 s; 291 s in all (4 min 51 s)"``.
+
+        Args:
+            total: the run's wall seconds (default: :func:`process_seconds`); the phases' remainder is named
+                "start-up and the rest".
+        """
+        total = process_seconds() if total is None else total
+        measured = sum(self.seconds.values())
+        total = max(total, measured)
+        parts = [f"start-up and the rest {total - measured:.0f} s"]
+        parts += [f"{phase} {seconds:.0f} s" for phase, seconds in self.seconds.items()]
+        minutes, rest = divmod(round(total), 60)
+        return f"where the time went: {', '.join(parts)}; {total:.0f} s in all ({minutes} min {rest:02d} s)"
+
+
 def finish_run(trainer, output_dir: str, dataset_name: str | None, tag: str, metric_prefixes: tuple[str, ...],
-               seconds: float, lines: tuple[str, ...] = ()) -> None:
+               seconds: float, lines: tuple[str, ...] = (), clock: PhaseClock | None = None) -> None:
     """What every example script does after ``trainer.train()``: save, card, push, and one readable summary.
 
     Saves the model and ``trainer_state.json`` (the logs ``examples/plot.py`` reads, also when no checkpoint was
     saved), writes the model card (methods, papers, base model, data, hyperparameters: :mod:`trl_explore.hub`),
     pushes to the Hub when ``push_to_hub`` is set, and on the main process prints the step count and run time
     (``seconds``), the last value of every logged metric whose name starts with one of ``metric_prefixes``, the
-    extra ``lines``, and the last step's completions (:func:`completion_table`), each line prefixed with ``[tag]``.
+    extra ``lines``, and the last step's completions (:func:`completion_table`), each line prefixed with ``[tag]``;
+    with a ``clock`` (:class:`PhaseClock`), the saving is timed as its phase ``"saving"`` and the summary ends with
+    where the process's time went.
     """
-    trainer.save_model(output_dir)
-    trainer.save_state()
-    trainer.create_model_card(model_name=pathlib.Path(output_dir).name, dataset_name=dataset_name)
-    if trainer.args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
+    clock = PhaseClock() if clock is None else clock
+    with clock("saving"):
+        trainer.save_model(output_dir)
+        trainer.save_state()
+        trainer.create_model_card(model_name=pathlib.Path(output_dir).name, dataset_name=dataset_name)
+        if trainer.args.push_to_hub:
+            trainer.push_to_hub(dataset_name=dataset_name)
     if not trainer.accelerator.is_main_process:
         return
     logged = {k: v for entry in trainer.state.log_history for k, v in entry.items() if k.startswith(metric_prefixes)}
@@ -264,3 +312,4 @@ def finish_run(trainer, output_dir: str, dataset_name: str | None, tag: str, met
     if table is not None:
         print(f"[{tag}] completions of the last step (all in {output_dir}/completions/):")
         print(table)
+    print(f"[{tag}] {clock.line()}")

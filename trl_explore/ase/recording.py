@@ -12,6 +12,7 @@ from trl_explore.ase.steering import readout_positions
 from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
 from trl_explore.models import unwrap_model
 from trl_explore.sampler_settings import SamplerSettings, processed_logits
+from trl_explore.sampling.decode import current_rows, observe_draws
 
 
 class SampledTokenLogProbs:
@@ -48,14 +49,27 @@ class SampledTokenLogProbs:
         self._handle = None
 
     def __enter__(self):
+        self._by_row: dict[int, list[tuple[float, int]]] = {}  # trl_explore's decoder: (log-prob, token) per step
         self._handle = self.model.register_forward_hook(self._hook, with_kwargs=True)
+        self._observing = observe_draws(self._on_draws)
+        self._observing.__enter__()
         return self
 
     def __exit__(self, *exc):
         self._handle.remove()
+        self._observing.__exit__(*exc)
         return False
 
+    def _on_draws(self, rows, logits, tokens, step):
+        # trl_explore's decoder (trl_explore.sampling.decode) names the rows of each step: no hook can follow them
+        logps = torch.log_softmax(processed_logits(logits, self.sampler), dim=-1)
+        drawn = logps.gather(1, tokens.to(logps.device)[:, None]).squeeze(1).cpu()
+        for row, logp, token in zip(rows.tolist(), drawn.tolist(), tokens.tolist()):
+            self._by_row.setdefault(row, []).append((logp, token))
+
     def _hook(self, module, args, kwargs, output):
+        if current_rows() is not None:
+            return  # trl_explore's decoder: _on_draws
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         if self._pending is not None:
             if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
@@ -85,9 +99,11 @@ class SampledTokenLogProbs:
         Raises:
             RuntimeError: the hook never ran, or a sampled row's ids differ from the recorded tokens.
         """
+        skip = tuple(skip) or (False,) * len(completion_ids)
+        if self._by_row:
+            return self._per_completion_from_draws(completion_ids, skip)
         if self._pending is None:
             raise RuntimeError("ASE behaviour log-probs: the model's forward hook never ran during generation")
-        skip = tuple(skip) or (False,) * len(completion_ids)
         num_steps = len(self._logps) + 1
         last = [ids[num_steps - 1] if len(ids) >= num_steps and not off else 0
                 for ids, off in zip(completion_ids, skip)]
@@ -104,6 +120,20 @@ class SampledTokenLogProbs:
                     f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion"
                 )
             out.append(logps[i, : len(ids)].tolist())
+        return out
+
+    def _per_completion_from_draws(self, completion_ids, skip) -> list[list[float | None]]:
+        out = []
+        for i, ids in enumerate(completion_ids):
+            if skip[i]:
+                out.append([None] * len(ids))
+                continue
+            drawn = self._by_row.get(i, [])
+            if [token for _, token in drawn[: len(ids)]] != list(ids):
+                raise RuntimeError(
+                    f"ASE behaviour log-probs: the tokens recorded for row {i} differ from its completion"
+                )
+            out.append([logp for logp, _ in drawn[: len(ids)]])
         return out
 
 

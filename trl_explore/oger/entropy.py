@@ -12,8 +12,9 @@ that is the sampler's distribution (``softmax(logits / GRPOConfig.temperature)``
 the driver's ``behaviour_forward``.
 
 How it is obtained, without an extra policy forward pass when generating with transformers: hooks keep, for each
-row still generating, the logits of its latest decoding step (:class:`LastTokenEntropyRecorder`), and the entropy is
-taken once per row when generation ends: one ``[B, V]`` entropy per batch instead of one per decoding step. The
+row still generating, the logits of its latest decoding step (:class:`LastTokenEntropyRecorder`; under the package's
+decoder, :mod:`trl_explore.sampling.decode`, the decoder tells it each step's rows and logits instead), and the entropy
+is taken once per row when generation ends: one ``[B, V]`` entropy per batch instead of one per decoding step. The
 value is the same as an entropy taken at every step and read at step ``len_i - 1`` (tested against HF's per-step
 processed scores and a teacher-forced forward).
 """
@@ -24,6 +25,7 @@ import time
 import torch
 
 from trl_explore.sampler_settings import SamplerSettings, entropy_from_logits, processed_logits
+from trl_explore.sampling.decode import current_rows, observe_draws
 
 __all__ = ["LastTokenEntropyRecorder", "entropy_from_logits", "last_token_values"]
 
@@ -101,6 +103,8 @@ class LastTokenEntropyRecorder:
         self._live = self._held = self._held_step = self._prev = self._prev_step = None
 
     def _on_input_ids(self, module, args):
+        if current_rows() is not None:
+            return  # trl_explore's decoder: its rows are followed by _on_draws
         if self.num_steps == 0:
             return  # the prefill: prompt tokens, nothing sampled yet
         start = time.perf_counter()
@@ -111,7 +115,27 @@ class LastTokenEntropyRecorder:
         self._live = self._live & ~torch.isin(input_ids[:, 0], self._eos)
         self.seconds += time.perf_counter() - start
 
+    def _on_draws(self, rows, logits, tokens, step):
+        # trl_explore's decoder (trl_explore.sampling.decode): the logits each live row drew its step-th token from
+        start = time.perf_counter()
+        logits = logits.detach()
+        if self._held is None:  # step 0: every row of the call, in order
+            self._held = logits.clone()
+            self._held_step = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
+            if self.keep_previous:
+                self._prev, self._prev_step = self._held.clone(), torch.full_like(self._held_step, -1)
+        else:
+            index = rows.to(logits.device)
+            if self.keep_previous:
+                self._prev[index], self._prev_step[index] = self._held[index], self._held_step[index]
+            self._held[index] = logits
+            self._held_step[index] = step
+        self.num_steps = max(self.num_steps, step + 1)
+        self.seconds += time.perf_counter() - start
+
     def _on_logits(self, module, args, output):
+        if current_rows() is not None:
+            return  # trl_explore's decoder: its rows are followed by _on_draws
         start = time.perf_counter()
         logits = (output[0] if isinstance(output, tuple) else output)[:, -1, :].detach()
         step = self.num_steps
@@ -140,12 +164,15 @@ class LastTokenEntropyRecorder:
         self._reset()
         self._handles = [self._embed.register_forward_pre_hook(self._on_input_ids),
                          self._head.register_forward_hook(self._on_logits)]
+        self._observing = observe_draws(self._on_draws)
+        self._observing.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._observing.__exit__(*exc)
 
     def last_token_entropy(self, lengths: torch.Tensor) -> torch.Tensor:
         """``[B]`` float32 CPU entropy (nats) of the distribution that produced token ``lengths - 1`` of each row

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +67,15 @@ class ActiveRows:
     prefill: bool
 
 
+DrawObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], None]
+"""``observer(rows, logits, tokens, step)``, called by :func:`decode` at each decoding step for the rows still
+sampling: ``rows`` ``LongTensor[b]`` (the caller's rows), ``logits`` ``[b, V]`` (the model's raw last-position logits,
+its dtype and device), ``tokens`` ``LongTensor[b]`` (the tokens drawn from them), ``step`` (0 for each row's first
+token). A row stops being observed after the step that drew its end-of-sequence token."""
+
+_DRAW_OBSERVERS: contextvars.ContextVar[tuple[DrawObserver, ...]] = contextvars.ContextVar(
+    "trl_explore_draw_observers", default=())
+
 _ACTIVE_ROWS: contextvars.ContextVar[ActiveRows | None] = contextvars.ContextVar("trl_explore_active_rows",
                                                                                    default=None)
 _ROW_KEYS: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("trl_explore_row_keys", default=None)
@@ -91,6 +100,18 @@ def row_keys(keys: torch.Tensor) -> Iterator[None]:
         yield
     finally:
         _ROW_KEYS.reset(token)
+
+
+@contextlib.contextmanager
+def observe_draws(observer: DrawObserver) -> Iterator[None]:
+    """Inside: :func:`decode` calls ``observer`` at each decoding step (:data:`DrawObserver`), e.g. to keep the logits
+    that produced each row's last token (OGER's ``H_last``) or the log-prob of each drawn token (ASE-GRPO's behaviour
+    log-probs). Hooks on the model cannot follow rows that the decoder shares and drops; an observer is told them."""
+    token = _DRAW_OBSERVERS.set((*_DRAW_OBSERVERS.get(), observer))
+    try:
+        yield
+    finally:
+        _DRAW_OBSERVERS.reset(token)
 
 
 @contextlib.contextmanager
@@ -300,6 +321,11 @@ def decode(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
             probs = torch.softmax(processed_logits(logits, sampler), dim=-1)
             tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
         tokens = tokens.cpu()
+        observers = _DRAW_OBSERVERS.get()
+        if observers:
+            live = (~done).nonzero().squeeze(1)
+            for observer in observers:
+                observer(rows[live], logits[live.to(logits.device)], tokens[live], step)
         for row, token, finished in zip(rows.tolist(), tokens.tolist(), done.tolist()):
             if not finished:
                 completions[row].append(token)
