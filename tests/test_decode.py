@@ -218,7 +218,8 @@ def test_bad_input_is_refused(eos_model):
 @pytest.mark.parametrize("keep_previous", [False, True])
 def test_oger_h_last_follows_the_decoders_rows(eos_model, smollm2_tokenizer, sampler, keep_previous):
     """OGER's recorder under the decoder: H_last (and the step before a final EOS) equals the entropy of the
-    teacher-forced, processed distribution at each row's last token, for rows that shared a prefill and were dropped."""
+    teacher-forced, processed distribution at each row's last token, for rows that shared a prefill and were
+    dropped."""
     from trl_explore.oger.entropy import LastTokenEntropyRecorder
     from trl_explore.sampler_settings import entropy_from_logits
 

@@ -277,7 +277,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
                      batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False,
-                     prompt_format: str = "training", problems=None) -> HeldoutResult:
+                     prompt_format: str = "training", problems=None, fast_decode: bool = True) -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
     ``greedy``, one greedy completion per problem, graded like the training reward.
 
@@ -296,12 +296,14 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
         prompt_format: how the problems are asked (:data:`HELDOUT_PROMPT_FORMATS`; default ``"training"``).
         problems: the rows to evaluate instead (benchmark rows with their own prompts, e.g. your own held-out
             problems: :func:`trl_explore.evaluation.own_data.own_rows`); ``benchmark`` then only names them.
+        fast_decode: sample with the package's decoder (:mod:`trl_explore.sampling.decode`, default) or with
+            ``model.generate`` (False); the same distribution, other samples for one seed.
 
     Returns:
         :class:`HeldoutResult`.
 
     Cost: ``num_problems * (num_samples + greedy)`` completions of at most ``max_new_tokens`` tokens (SmolLM2-135M on
-    two CPU cores: ~1-2 minutes for 64 x (4 + 1) completions of <= 96 tokens).
+    two CPU cores: measured in docs/performance.md, "Generation").
     """
     from trl_explore.evaluation.runner import evaluate_dataset
     from trl_explore.sampling.hf import TransformersGenerator
@@ -310,7 +312,8 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
     start = time.perf_counter()
     dataset = problems if problems is not None else heldout_problems(benchmark, split, levels, num_problems,
                                                                       prompt_format)
-    generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress)
+    generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress,
+                                      fast_decode=fast_decode)
     plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=1.0, top_k=0,
                         max_new_tokens=max_new_tokens)
     was_training = model.training

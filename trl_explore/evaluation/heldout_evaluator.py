@@ -108,6 +108,8 @@ class HeldoutEvaluator:
                         greedy=o.eval_greedy, max_new_tokens=o.eval_max_new_tokens or _max_completion_length(t),
                         seed=o.eval_seed, batch_size=o.eval_batch_size,
                         grader_mode=getattr(t.args, "grader_mode", "math_verify"), prompt_format=prompt_format)
+        # the decoder is part of the cache key: its samples differ from generate's, so neither is read for the other
+        settings["fast_decode"] = bool(getattr(t.args, "fast_decode", True))
         rows = self.problems if own else heldout_problems(o.eval_benchmark, o.eval_split, self.levels,
                                                           o.eval_problems, prompt_format)
         text = json.dumps([list(rows["prompt"]), list(rows["answer"])])
