@@ -320,15 +320,26 @@ class ScoredRollout:
 
 @dataclasses.dataclass(frozen=True)
 class ScoredBatch:
-    """A generation after TRL scored it (:meth:`Component.batch_fields`).
+    """A generation after TRL scored it (:meth:`Component.batch_fields`, :meth:`Component.drop_rows`,
+    :meth:`Component.select_groups`).
 
     Attributes:
         mode: ``"train"`` or ``"eval"``.
-        rollout: the final :class:`Rollout` (after every component's ``transform_rollout``).
-        output: TRL's batch dict (``completion_ids [B, T]``, ``completion_mask``, ``advantages [B]``, ...).
+        rollout: the final :class:`Rollout` (after every component's ``transform_rollout`` and ``edit_scored``).
+        output: TRL's batch dict of this process's ``B`` rows: ``prompt_ids [B, P]`` / ``prompt_mask`` (left padded),
+            ``completion_ids [B, T]`` / ``completion_mask`` (right padded), ``advantages [B]``,
+            ``num_items_in_batch`` (0-d: loss tokens of the whole generation batch, all processes), and, when TRL
+            makes them, ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``,
+            ``importance_sampling_ratio``, ``tool_mask`` (all ``[B, T]``); plus the fields earlier components added.
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
             ``_calculate_rewards`` returned them (re-scored rows included).
         behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
+        reward_func_names: the ``F`` reward functions' names.
+        reward_weights: ``[F]`` their weights.
+        process_slice: this process's rows within the ``N`` (``rewards_per_func[process_slice]``).
+        round: the generation round of this value within one training batch: 0 for TRL's own generation, 1, 2, ...
+            for the further rounds the driver samples when a component's :meth:`Component.select_groups` refused
+            groups ("Batch-level resampling" in ``docs/architecture.md``).
     """
 
     mode: str
@@ -336,6 +347,42 @@ class ScoredBatch:
     output: dict
     rewards_per_func: torch.Tensor
     behaviour_logps: torch.Tensor | None = None
+    reward_func_names: tuple = ()
+    reward_weights: torch.Tensor | None = None
+    process_slice: slice = dataclasses.field(default_factory=lambda: slice(None))
+    round: int = 0
+
+    @property
+    def local_rewards_per_func(self) -> torch.Tensor:
+        """``[B, F]``: this process's rows of :attr:`rewards_per_func`."""
+        return self.rewards_per_func[self.process_slice]
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """``[N]`` the weighted sum over the functions as TRL's advantages see it (``nansum``: an unscored row
+        counts 0)."""
+        weights = self.reward_weights.to(self.rewards_per_func.device, self.rewards_per_func.dtype)
+        return (self.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSelection:
+    """A component's verdict on this process's groups of one generation round (:meth:`Component.select_groups`).
+
+    Attributes:
+        keep: ``[G]`` bool, one per group of this process's rows (``G = B / num_generations``, groups in row order):
+            True where the group may enter the training batch.
+        max_rounds: generation rounds (the first included) the driver may make for one training batch before it
+            gives up (verl's ``max_num_gen_batches``, NeMo-RL's ``dynamic_sampling_max_gen_batches``, SkyRL's
+            ``max_sample_batches``); ``<= 0``: no cap.
+        on_cap: what the driver does when the cap is reached with too few kept groups: ``"drop"`` fills the batch
+            with refused groups, taken out of the objective (:meth:`Component.drop_rows`' mechanism) and says so in
+            the log; ``"error"`` raises (verl's and NeMo-RL's behaviour).
+    """
+
+    keep: torch.Tensor
+    max_rounds: int = 1
+    on_cap: str = "drop"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,10 +400,16 @@ class LossCall:
         loss: TRL's loss plus the terms added so far (``extra_loss`` only; None before TRL's objective ran).
         entropy_mask: ``[B, T]`` bool, with ``top_entropy_quantile = q < 1``: the tokens whose entropy is at least
             the ``(1 - q)``-quantile of the entropies of every token of ``inputs`` (``completion_mask * tool_mask``
-            as the batch arrived, before any ``loss_batch`` masked rows out; all processes), TRL's
-            ``get_high_entropy_mask``. TRL's objective and its entropy bonus cover the masked-in tokens of its own
-            rows; a component that trains rows outside TRL's objective applies the same mask to them. None at
-            ``q = 1`` (every token).
+            as the batch arrived, dropped rows included; all processes), TRL's ``get_high_entropy_mask``. TRL's
+            objective and its entropy bonus cover the masked-in tokens of its own rows; a component that trains rows
+            outside TRL's objective applies the same mask to them. None at ``q = 1`` (every token).
+        dropped: ``[B]`` bool, the rows taken out of TRL's objective (:meth:`Component.drop_rows`), or None when no
+            row of this micro-batch is. TRL's objective is computed on the other rows alone, as on a batch built
+            without the dropped ones (its normaliser included).
+        objective_share: 0-d, the factor that turns TRL's objective over the kept rows into the same sum normalised
+            as over every row of the batch (``trl_explore.objective.objective_share``; 1 when nothing is dropped): a
+            component that trains the dropped rows itself under one normaliser (OGER's teacher rows, LUFFY's mixed
+            objective) multiplies TRL's policy term by it.
     """
 
     mode: str
@@ -366,6 +419,8 @@ class LossCall:
     advantages: torch.Tensor
     loss: torch.Tensor | None = None
     entropy_mask: torch.Tensor | None = None
+    dropped: torch.Tensor | None = None
+    objective_share: torch.Tensor | float = 1.0
 
 
 class Component:
@@ -409,9 +464,16 @@ class Component:
     def prepare(self, plan: TrainerPlan) -> TrainerPlan:
         """Before TRL's ``__init__``: read the options (when not given) from ``plan.args`` and check them against it.
 
+        Options come from one place: given to the component, or read from a config that has the options class
+        among its bases. Given options that differ from the same fields set on such a config are refused; a config
+        without the options class (its fields take their defaults) is said in a warning (:func:`check_options_source`).
+
         Raises:
-            ValueError: options that contradict the training configuration (the message names both).
+            ValueError: options that contradict the training configuration (the message names both); options given
+                both ways with different values.
         """
+        if self.options_class is not None:
+            check_options_source(self, plan.args)
         if self.options is None and self.options_class is not None:
             self.options = self.options_class.from_config(plan.args)
         if self.options is not None:
@@ -481,13 +543,44 @@ class Component:
         return scored.rollout
 
     def batch_fields(self, batch: ScoredBatch) -> dict[str, torch.Tensor]:
-        """Batch-first tensors (or lists of length B) added to the training batch; they survive TRL's shuffling and
-        splitting into micro-batches."""
+        """Batch-first tensors (``[B, ...]``) or lists of length ``B`` (this process's rows) added to the training
+        batch; they survive TRL's shuffling and splitting into micro-batches. A value of another length is refused
+        (``ValueError`` naming the component and the key)."""
         return {}
+
+    def drop_rows(self, batch: ScoredBatch) -> torch.Tensor | None:
+        """``[B]`` bool: this process's rows to take out of TRL's objective (True = dropped), or None (none).
+
+        The one way to drop rows from the loss. The driver takes the union over components, counts the loss tokens
+        of the generation batch without the dropped rows (``num_items_in_batch``, all processes) and hands TRL's
+        ``_compute_loss`` each micro-batch without them, so TRL's objective and its normaliser are those of a batch
+        built without those rows, for every ``loss_type`` (``tests/test_row_drop.py``). The rows stay in the batch
+        the loss hooks see (:attr:`LossCall.dropped`), for a component that trains them itself."""
+        return None
+
+    def select_groups(self, batch: ScoredBatch) -> GroupSelection | None:
+        """Batch-level resampling: which of this process's groups of this generation round may enter the training
+        batch (a :class:`GroupSelection`), or None (every group).
+
+        When a group is refused on some process, the driver samples a further round of new prompts (drawn from the
+        training set with the driver's own random stream: a function of the seed, the step and the round), runs the
+        whole generation on them (every hook, OGER's teacher rows and ASE's routes included), asks again about the
+        new groups, and builds the training batch from the first kept groups of each process, until every process
+        holds its batch or the rounds reach ``max_rounds`` ("Batch-level resampling" in ``docs/architecture.md``).
+        Runs on every process after :meth:`batch_fields` of the same round; the decision may read every process's
+        rewards (``batch.rewards_per_func``)."""
+        return None
+
+    def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
+        """Log ``value`` under ``<component name>/<name>`` (``ExplorationTrainer.log_metric``: reduced over
+        processes by ``reduction``, one of ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives: call on every
+        process) or ``"none"`` (this process's value); averaged over the logging window like TRL's metrics)."""
+        prefix = f"{self.name}/"
+        self.trainer.log_metric(name if name.startswith(prefix) else prefix + name, value, reduction, mode)
 
     # ---------------------------------------------------------------- loss
     def loss_batch(self, call: LossCall) -> dict:
-        """The batch TRL's objective sees (e.g. rows masked out of it through ``tool_mask``)."""
+        """The batch TRL's objective sees (e.g. token masks; to take whole rows out, use :meth:`drop_rows`)."""
         return call.batch
 
     def advantages(self, call: LossCall) -> torch.Tensor:
@@ -543,3 +636,36 @@ def record_phase(trainer, name: str, seconds: float) -> None:
     """Report ``seconds`` spent in ``name``, measured piecewise (e.g. in hooks inside ``generate``), as :func:`phase`
     does (TRL's ``ProfilingContext._log_metrics``: see ``trl_explore.trl_contract``)."""
     phase(trainer, name)._log_metrics(seconds)
+
+
+def check_options_source(component: Component, config) -> None:
+    """Options come from one place (:meth:`Component.prepare`).
+
+    Raises:
+        ValueError: options given to the component that differ from the same fields set on ``config`` when
+            ``config`` has the options class among its bases (naming the component, the fields, both values and the
+            fix).
+    Warns (logging): ``config`` lacks the options class and no options were given: every option takes its default.
+    """
+    import logging
+
+    cls = component.options_class
+    if isinstance(config, cls):
+        if component.options is None or component.options is config:
+            return
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        differ = [(n, getattr(config, n), getattr(component.options, n)) for n in names
+                  if getattr(config, n) != getattr(component.options, n)]
+        if differ:
+            listed = "; ".join(f"{n}: config {c!r}, options {o!r}" for n, c, o in differ)
+            raise ValueError(
+                f"component {component.name!r}: options given twice with different values ({listed}). The "
+                f"training config {type(config).__name__} has {cls.__name__} among its bases: build the component "
+                f"without options ({type(component).__name__}()) to read them from the config, or give the same "
+                "values in both places")
+    elif component.options is None:
+        logging.getLogger(__name__).warning(
+            "component %r: the training config %s does not have %s among its bases and no options were given, so "
+            "every option of %s takes its default. Pass them (%s(%s(...))) or add %s to the config's bases",
+            component.name, type(config).__name__, cls.__name__, cls.__name__, type(component).__name__,
+            cls.__name__, cls.__name__)

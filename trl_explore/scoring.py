@@ -371,3 +371,81 @@ class ScoringMixin:
             pad = torch.arange(logps.size(1), device=logps.device)[None, :] >= lengths[:, None]
             gen.behaviour_logps = logps.masked_fill(pad, 0.0)
         return gen.behaviour_logps
+
+
+HOOKS = ("prepare", "setup", "sampling_context", "transform_rollout", "forward_context", "observe_forward",
+         "reward_fields", "edit_scored", "batch_fields", "drop_rows", "select_groups", "loss_batch", "advantages",
+         "extra_loss", "step_end", "save", "load", "save_process_state", "load_process_state", "needs",
+         "behaviour_context", "generator", "log_metric")
+"""Every method of :class:`~trl_explore.components.Component` the driver calls (or a component calls)."""
+
+_LOSS_HOOKS = ("loss_batch", "advantages", "extra_loss")
+_FORWARD_HOOKS = ("forward_context", "observe_forward")
+
+
+def check_component_hooks(components) -> None:
+    """Warn (logging) about a public method of a component class whose name is a near miss of a hook (``loss_bacth``
+    for ``loss_batch``): the driver would never call it. A warning, not an error: the name may be meant."""
+    import difflib
+    import logging
+
+    for component in components:
+        for cls in type(component).__mro__:
+            if cls is Component or cls is object:
+                break
+            for name, value in vars(cls).items():
+                if name.startswith("_") or name in HOOKS or not callable(value):
+                    continue
+                close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.85)
+                if close:
+                    logging.getLogger(__name__).warning(
+                        "component %r: method %s.%s is not a hook and the driver never calls it; did you mean %r? "
+                        "Rename it to override the hook (or to a name further from it to silence this warning)",
+                        component.name, cls.__name__, name, close[0])
+
+
+def check_declared_forwards(components) -> None:
+    """Refuse a component that overrides a loss hook (``loss_batch``, ``advantages``, ``extra_loss``) while its
+    :meth:`Component.needs` enables ``loss_forward`` in neither mode, or a forward hook (``forward_context``,
+    ``observe_forward``) while it declares no forward at all: the driver would never call them (run after every
+    component's ``setup``).
+
+    Raises:
+        ValueError: naming the component, the hooks and the fix.
+    """
+    for component in components:
+        needs = [component.needs(mode) for mode in ("train", "eval")]
+        loss = [hook for hook in _LOSS_HOOKS if _overrides(component, hook)]
+        if loss and not any(n.loss_forward for n in needs):
+            raise ValueError(
+                f"component {component.name!r} overrides {', '.join(loss)} but its needs() never declares "
+                "loss_forward, so the driver would never call them: return Needs(loss_forward=True) from needs(mode) "
+                "in the modes where they apply (trl_explore.components.Needs)")
+        forward = [hook for hook in _FORWARD_HOOKS if _overrides(component, hook)]
+        if forward and not any(n.loss_forward or n.scoring_forward for n in needs):
+            raise ValueError(
+                f"component {component.name!r} overrides {', '.join(forward)} but its needs() declares neither "
+                "loss_forward nor scoring_forward, so the driver would never call them: declare the forward it reads "
+                "(Needs(loss_forward=True) and/or Needs(scoring_forward=True))")
+
+
+def check_batch_field_lengths(fields: dict, num_rows: int, name: str) -> None:
+    """Refuse a ``batch_fields`` value that is not batch-first over this process's ``num_rows`` rows (TRL would slice
+    or drop it silently when it shuffles and splits the batch).
+
+    Raises:
+        ValueError: naming the component, the key, the length found and the fix.
+    """
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            found = value.shape[0] if value.dim() > 0 else None
+        elif isinstance(value, list):
+            found = len(value)
+        else:
+            raise ValueError(f"batch_fields of component {name!r} returns {key!r} as a {type(value).__name__}: give "
+                             f"a tensor [B, ...] or a list of B values, B = {num_rows} rows of this process")
+        if found != num_rows:
+            what = "a 0-d tensor" if found is None else f"{found} rows"
+            raise ValueError(f"batch_fields of component {name!r} returns {key!r} with {what} for this process's "
+                             f"{num_rows} rows: give one value per row (batch-first, [B, ...]); a value shared by "
+                             "the batch belongs on the component")
