@@ -143,3 +143,21 @@ def test_composes_with_oger_and_ase(tmp_path, smollm2_tokenizer, make_tiny_lm):
         assert "oger" in owners  # teacher rows in the refilled groups
         assert all(r == -1 for r, o in zip(routes, owners) if o == "oger")  # ASE: the offline route on them
     assert _history(trainer, "frac_reward_zero_std_trained")
+
+
+@pytest.mark.slow
+def test_two_processes_resample_together_and_resume_exactly(tmp_path):
+    import json
+    from pathlib import Path
+
+    from trl_explore.testing import run_two_cpu_processes
+
+    script = Path(__file__).parent / "scripts" / "dynamic_sampling_two_process.py"
+    result = run_two_cpu_processes(script, tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and max(ranks[0]["rounds"]) >= 2
+    for r in ranks:
+        assert r["max_weight_diff"] == 0.0
+        assert all(v == 0.0 for v in r["zero_std_trained"])
+        assert r["losses"]["3"] == r["resumed_losses"]["3"]

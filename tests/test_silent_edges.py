@@ -43,7 +43,7 @@ def test_loss_hooks_without_loss_forward_are_refused(tmp_path, smollm2_tokenizer
         def needs(self, mode):
             return Needs()
 
-    with pytest.raises(ValueError, match=r"'scale' overrides advantages but its needs\(\) never declares loss_forward"):
+    with pytest.raises(ValueError, match=r"'scale' overrides advantages but its needs\(\) never declares"):
         _build(tmp_path, smollm2_tokenizer, make_tiny_lm(), [Undeclared(ScaleOptions())])
 
 
@@ -54,7 +54,7 @@ def test_options_given_twice_with_different_values_are_refused(tmp_path, smollm2
 
 
 def test_a_config_without_the_options_class_warns(tmp_path, smollm2_tokenizer, make_tiny_lm, caplog):
-    with caplog.at_level(logging.WARNING, logger="trl_explore.components"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.config"):
         _build(tmp_path, smollm2_tokenizer, make_tiny_lm(), [Scale()])
     assert "does not have ScaleOptions among its bases" in caplog.text
 

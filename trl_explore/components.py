@@ -6,34 +6,11 @@ A method (OGER, ASE-GRPO, or one of your own) is a :class:`Component`: a class w
 every component, in list order, at one fixed place of a training or evaluation step. Every hook takes one value and
 returns one result; every value is frozen and carries ``mode`` (``"train"`` or ``"eval"``).
 
-========================================  =================================  ==========================================
-hook (value) -> result                    when it runs                       what it may change
-========================================  =================================  ==========================================
-``prepare(TrainerPlan) -> TrainerPlan``   before ``GRPOTrainer.__init__``    reward functions and weights, the contexts
-                                                                             TRL's ``__init__`` runs in; checks (raise)
-``setup(trainer) -> None``                after ``GRPOTrainer.__init__``     its own parts (models, banks, hooks)
-``sampling_context(SamplingCall)``        around TRL's sampler               steering, recorders (a context or None)
-``transform_rollout(Rollout) -> Rollout`` after TRL's ``_generate``          completions (replacement), behaviour
-                                                                             log-probs, ``offline`` flags
-``forward_context(ForwardCall)``          around TRL's scoring forward and   hooks on the model (a context or None)
-                                          the loss forward
-``observe_forward(ForwardResult)``        after those forwards               nothing (reads log-probs, entropies)
-``reward_fields(Rollout) -> dict``        before the reward functions        per-completion reward kwargs (``{name:
-                                                                             [value per completion]}``)
-``edit_scored(ScoredRollout) -> Rollout`` after the reward functions          rows (swapped in; the driver re-scores
-                                                                             them and TRL recomputes the advantages)
-``batch_fields(ScoredBatch) -> dict``     after TRL scored the batch         batch-first tensors added to the batch
-``loss_batch(LossCall) -> dict``          before TRL's objective             the batch TRL's objective sees (masks)
-``advantages(LossCall) -> Tensor``        before TRL's objective             ``[B, 1]`` or ``[B, T]`` advantages: add
-                                                                             or multiply terms
-``extra_loss(LossCall) -> Tensor``        after TRL's objective              the loss (terms added)
-``step_end(TrainerState) -> None``        after each optimizer step          its own state
-``save(folder)`` / ``load(folder)``       main process, every checkpoint     its shared state (same on every process)
-                                          and save_model / every process,
-                                          on resume
-``save_process_state(folder)`` /          every process, every checkpoint /  its per-process state, in a folder of its
-``load_process_state(folder)``            every process, on resume           own per process
-========================================  =================================  ==========================================
+The hooks, in step order: ``prepare`` and ``setup`` (construction); ``sampling_context``, ``transform_rollout``,
+``forward_context`` / ``observe_forward``, ``reward_fields``, ``edit_scored``, ``batch_fields``, ``drop_rows``,
+``select_groups`` (generation); ``loss_batch``, ``advantages``, ``extra_loss`` (loss); ``step_end``, ``save`` /
+``load``, ``save_process_state`` / ``load_process_state``. ``docs/architecture.md`` ("Hook reference") says for each
+when it runs, on which processes, its value's fields and what it may change.
 
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
 forward after generation, its entropies, the loss forward) and :attr:`Component.reward_field_names` (the reward kwargs
@@ -326,20 +303,15 @@ class ScoredBatch:
     Attributes:
         mode: ``"train"`` or ``"eval"``.
         rollout: the final :class:`Rollout` (after every component's ``transform_rollout`` and ``edit_scored``).
-        output: TRL's batch dict of this process's ``B`` rows: ``prompt_ids [B, P]`` / ``prompt_mask`` (left padded),
-            ``completion_ids [B, T]`` / ``completion_mask`` (right padded), ``advantages [B]``,
-            ``num_items_in_batch`` (0-d: loss tokens of the whole generation batch, all processes), and, when TRL
-            makes them, ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``,
-            ``importance_sampling_ratio``, ``tool_mask`` (all ``[B, T]``); plus the fields earlier components added.
+        output: TRL's batch dict of this process's ``B`` rows (its keys: "Hook reference" in
+            ``docs/architecture.md``) and the fields earlier components added.
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
             ``_calculate_rewards`` returned them (re-scored rows included).
         behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
         reward_func_names: the ``F`` reward functions' names.
         reward_weights: ``[F]`` their weights.
         process_slice: this process's rows within the ``N`` (``rewards_per_func[process_slice]``).
-        round: the generation round of this value within one training batch: 0 for TRL's own generation, 1, 2, ...
-            for the further rounds the driver samples when a component's :meth:`Component.select_groups` refused
-            groups ("Batch-level resampling" in ``docs/architecture.md``).
+        round: the generation round within one training batch (0: TRL's own; 1, 2, ...: batch-level resampling).
     """
 
     mode: str
@@ -370,14 +342,11 @@ class GroupSelection:
     """A component's verdict on this process's groups of one generation round (:meth:`Component.select_groups`).
 
     Attributes:
-        keep: ``[G]`` bool, one per group of this process's rows (``G = B / num_generations``, groups in row order):
-            True where the group may enter the training batch.
-        max_rounds: generation rounds (the first included) the driver may make for one training batch before it
-            gives up (verl's ``max_num_gen_batches``, NeMo-RL's ``dynamic_sampling_max_gen_batches``, SkyRL's
-            ``max_sample_batches``); ``<= 0``: no cap.
-        on_cap: what the driver does when the cap is reached with too few kept groups: ``"drop"`` fills the batch
-            with refused groups, taken out of the objective (:meth:`Component.drop_rows`' mechanism) and says so in
-            the log; ``"error"`` raises (verl's and NeMo-RL's behaviour).
+        keep: ``[G]`` bool, per group of this process's rows (``G = B / num_generations``): True = may be trained.
+        max_rounds: generation rounds (the first included) per training batch (verl's ``max_num_gen_batches``);
+            ``<= 0``: no cap.
+        on_cap: at the cap with too few kept groups: ``"drop"`` fills the batch with refused groups, dropped from
+            the objective (logged); ``"error"`` raises (verl, NeMo-RL).
     """
 
     keep: torch.Tensor
@@ -403,9 +372,7 @@ class LossCall:
             as the batch arrived, dropped rows included; all processes), TRL's ``get_high_entropy_mask``. TRL's
             objective and its entropy bonus cover the masked-in tokens of its own rows; a component that trains rows
             outside TRL's objective applies the same mask to them. None at ``q = 1`` (every token).
-        dropped: ``[B]`` bool, the rows taken out of TRL's objective (:meth:`Component.drop_rows`), or None when no
-            row of this micro-batch is. TRL's objective is computed on the other rows alone, as on a batch built
-            without the dropped ones (its normaliser included).
+        dropped: ``[B]`` bool, the rows taken out of TRL's objective (:meth:`Component.drop_rows`), or None (none).
         objective_share: 0-d, the factor that turns TRL's objective over the kept rows into the same sum normalised
             as over every row of the batch (``trl_explore.objective.objective_share``; 1 when nothing is dropped): a
             component that trains the dropped rows itself under one normaliser (OGER's teacher rows, LUFFY's mixed
@@ -464,15 +431,15 @@ class Component:
     def prepare(self, plan: TrainerPlan) -> TrainerPlan:
         """Before TRL's ``__init__``: read the options (when not given) from ``plan.args`` and check them against it.
 
-        Options come from one place: given to the component, or read from a config that has the options class
-        among its bases. Given options that differ from the same fields set on such a config are refused; a config
-        without the options class (its fields take their defaults) is said in a warning (:func:`check_options_source`).
+        Options come from one place (``trl_explore.config.check_options_source``).
 
         Raises:
             ValueError: options that contradict the training configuration (the message names both); options given
                 both ways with different values.
         """
         if self.options_class is not None:
+            from trl_explore.config import check_options_source
+
             check_options_source(self, plan.args)
         if self.options is None and self.options_class is not None:
             self.options = self.options_class.from_config(plan.args)
@@ -551,30 +518,23 @@ class Component:
     def drop_rows(self, batch: ScoredBatch) -> torch.Tensor | None:
         """``[B]`` bool: this process's rows to take out of TRL's objective (True = dropped), or None (none).
 
-        The one way to drop rows from the loss. The driver takes the union over components, counts the loss tokens
-        of the generation batch without the dropped rows (``num_items_in_batch``, all processes) and hands TRL's
-        ``_compute_loss`` each micro-batch without them, so TRL's objective and its normaliser are those of a batch
-        built without those rows, for every ``loss_type`` (``tests/test_row_drop.py``). The rows stay in the batch
-        the loss hooks see (:attr:`LossCall.dropped`), for a component that trains them itself."""
+        The one way to drop rows from the loss: TRL's objective and its normaliser become those of a batch built
+        without them, for every ``loss_type`` (``trl_explore.objective``). The loss hooks still see the rows
+        (:attr:`LossCall.dropped`), for a component that trains them itself."""
         return None
 
     def select_groups(self, batch: ScoredBatch) -> GroupSelection | None:
         """Batch-level resampling: which of this process's groups of this generation round may enter the training
         batch (a :class:`GroupSelection`), or None (every group).
 
-        When a group is refused on some process, the driver samples a further round of new prompts (drawn from the
-        training set with the driver's own random stream: a function of the seed, the step and the round), runs the
-        whole generation on them (every hook, OGER's teacher rows and ASE's routes included), asks again about the
-        new groups, and builds the training batch from the first kept groups of each process, until every process
-        holds its batch or the rounds reach ``max_rounds`` ("Batch-level resampling" in ``docs/architecture.md``).
-        Runs on every process after :meth:`batch_fields` of the same round; the decision may read every process's
-        rewards (``batch.rewards_per_func``)."""
+        When a group is refused on some process, the driver generates a further round of new prompts (every hook
+        runs on it) and asks again, until every process holds its batch of kept groups or the rounds reach
+        ``max_rounds`` (``trl_explore.resampling``). Runs on every process after :meth:`batch_fields`."""
         return None
 
     def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
-        """Log ``value`` under ``<component name>/<name>`` (``ExplorationTrainer.log_metric``: reduced over
-        processes by ``reduction``, one of ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives: call on every
-        process) or ``"none"`` (this process's value); averaged over the logging window like TRL's metrics)."""
+        """Log ``value`` as ``<component name>/<name>`` (``ExplorationTrainer.log_metric``: ``reduction`` over
+        processes, ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives) or ``"none"``)."""
         prefix = f"{self.name}/"
         self.trainer.log_metric(name if name.startswith(prefix) else prefix + name, value, reduction, mode)
 
@@ -637,35 +597,3 @@ def record_phase(trainer, name: str, seconds: float) -> None:
     does (TRL's ``ProfilingContext._log_metrics``: see ``trl_explore.trl_contract``)."""
     phase(trainer, name)._log_metrics(seconds)
 
-
-def check_options_source(component: Component, config) -> None:
-    """Options come from one place (:meth:`Component.prepare`).
-
-    Raises:
-        ValueError: options given to the component that differ from the same fields set on ``config`` when
-            ``config`` has the options class among its bases (naming the component, the fields, both values and the
-            fix).
-    Warns (logging): ``config`` lacks the options class and no options were given: every option takes its default.
-    """
-    import logging
-
-    cls = component.options_class
-    if isinstance(config, cls):
-        if component.options is None or component.options is config:
-            return
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
-        differ = [(n, getattr(config, n), getattr(component.options, n)) for n in names
-                  if getattr(config, n) != getattr(component.options, n)]
-        if differ:
-            listed = "; ".join(f"{n}: config {c!r}, options {o!r}" for n, c, o in differ)
-            raise ValueError(
-                f"component {component.name!r}: options given twice with different values ({listed}). The "
-                f"training config {type(config).__name__} has {cls.__name__} among its bases: build the component "
-                f"without options ({type(component).__name__}()) to read them from the config, or give the same "
-                "values in both places")
-    elif component.options is None:
-        logging.getLogger(__name__).warning(
-            "component %r: the training config %s does not have %s among its bases and no options were given, so "
-            "every option of %s takes its default. Pass them (%s(%s(...))) or add %s to the config's bases",
-            component.name, type(config).__name__, cls.__name__, cls.__name__, type(component).__name__,
-            cls.__name__, cls.__name__)

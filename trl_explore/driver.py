@@ -33,7 +33,6 @@ from trl_explore.components import (
     LossCall,
     Rollout,
     SamplingCall,
-    ScoredBatch,
     TrainerPlan,
 )
 from trl_explore.config import ExplorationConfig, default_verifier
@@ -41,21 +40,17 @@ from trl_explore.defaults import resolve_model_and_config
 from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
-from trl_explore.objective import DROPPED, ITEMS_BEFORE_DROPS, objective_share, take_rows
+from trl_explore.objective import DROPPED, batch_objective_share, take_rows
 from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.precision import generation_autocast, precision_line
-from trl_explore.resampling import GenerationRound, finish_drops, log_trained_zero_std, resample_batch
+from trl_explore.resampling import finish_batch
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rows import check_datasets, check_prompt_rows
+from trl_explore.rows import check_datasets
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
 from trl_explore.scoring import (
     ScoringMixin,
     _check_declared_edit,
-    _check_new_keys,
     _Generation,
-    _overrides,
-    _RowsEdited,
-    check_batch_field_lengths,
     check_component_hooks,
     check_components,
     check_declared_forwards,
@@ -175,68 +170,8 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
         # When an `edit_scored` hook changed rows, TRL's method runs a second time on the final rows (`_generate` and
         # `_calculate_rewards` then return them and their rewards): TRL pads, scores and computes the advantages its
-        # own way, and no line of it is copied here. A component's `select_groups` may ask for further rounds of new
-        # prompts (batch-level resampling, `trl_explore.resampling`); `drop_rows` takes rows out of the objective.
-        first = self._generation_round(inputs, 0)
-        if first.selection is None:
-            output = first.output
-        else:  # a component asked for batch-level resampling (trl_explore.resampling)
-            output = resample_batch(self, inputs, first)
-        if any(_overrides(c, hook) for c in self.components for hook in ("drop_rows", "select_groups")):
-            finish_drops(self, output)  # num_items_in_batch without the dropped rows (all processes)
-        if any(_overrides(c, hook) or c.edits_rows for c in self.components
-               for hook in ("edit_scored", "drop_rows", "select_groups")):
-            log_trained_zero_std(self, output, first.scored.mode)
-        return output
-
-    def _generation_round(self, inputs, round_index: int) -> GenerationRound:
-        """One generation of ``inputs`` (TRL's ``_generate_and_score_completions`` with every component's hooks),
-        its components' batch fields, dropped rows and group selection (``trl_explore.resampling``)."""
-        self._generation = gen = _Generation(self._mode(), tuple(inputs))
-        if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
-            where = f"this process's {gen.mode} generation batch"
-            self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
-        try:
-            try:
-                output = super()._generate_and_score_completions(inputs)
-            except _RowsEdited:
-                gen.edited = True
-                self._plan_scoring(gen)
-                output = super()._generate_and_score_completions(inputs)
-            num_local = gen.rollout.num_rows
-            index = self.accelerator.process_index
-            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
-                                 self._behaviour_logps(gen, output), tuple(self.reward_func_names),
-                                 torch.as_tensor(self.reward_weights, dtype=torch.float32).cpu(),
-                                 slice(index * num_local, (index + 1) * num_local), round_index)
-            sources = dict.fromkeys(output, "GRPOTrainer")
-            for component in self.components:
-                fields = component.batch_fields(scored)
-                _check_new_keys(fields, sources, component.name, "batch_fields")
-                check_batch_field_lengths(fields, num_local, component.name)
-                output.update(fields)
-            return GenerationRound(self, scored)
-        finally:
-            self._generation = None
-
-    def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
-        """Log ``value`` (a number or 0-d tensor) as metric ``name`` beside TRL's own, averaged over the logging
-        window. ``reduction`` over processes: ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives: every
-        process must call it at the same point) or ``"none"`` (this process's value; TRL logs the main process's).
-        ``mode``: ``"train"`` / ``"eval"`` (default: the model's current mode). The public way to write what TRL
-        keeps in its private ``_metrics``.
-
-        Raises:
-            ValueError: another ``reduction``.
-        """
-        mode = mode or self._mode()
-        if reduction not in ("mean", "sum", "max", "min", "none"):
-            raise ValueError(f"log_metric({name!r}): reduction={reduction!r}; valid: mean, sum, max, min, none")
-        value = torch.as_tensor(value, dtype=torch.float64).reshape(()).to(self.accelerator.device)
-        if reduction != "none" and self.accelerator.num_processes > 1:
-            gathered = self.accelerator.gather(value.reshape(1))
-            value = {"mean": gathered.mean, "sum": gathered.sum, "max": gathered.max, "min": gathered.min}[reduction]()
-        self._metrics[mode][name].append(value.item())
+        # own way, and no line of it is copied here. `select_groups` / `drop_rows`: trl_explore.resampling.
+        return finish_batch(self, inputs, self._generation_round(inputs, 0))  # resampling, drops, metrics
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
@@ -302,8 +237,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # and normaliser are those of a batch without them (`trl_explore.objective`).
         mode = self._mode()
         users = [c for c in self.components if c.needs(mode).loss_forward]
-        dropped = inputs.get(DROPPED)
-        dropped = dropped.bool() if dropped is not None and bool(dropped.any()) else None
+        dropped = inputs[DROPPED].bool() if DROPPED in inputs and bool(inputs[DROPPED].any()) else None
         if not users and dropped is None:
             return super()._compute_loss(model, inputs)
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -322,10 +256,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             tokens = inputs["completion_mask"]
             tokens = tokens * inputs["tool_mask"] if "tool_mask" in inputs else tokens
             entropy_mask = super().get_high_entropy_mask(forward.entropies, tokens, 1 - self.top_entropy_quantile)
-        share = 1.0
-        if dropped is not None:
-            share = objective_share(self.loss_type, dropped, inputs["completion_mask"] * inputs.get("tool_mask", 1),
-                                    inputs["num_items_in_batch"], inputs.get(ITEMS_BEFORE_DROPS))
+        share = 1.0 if dropped is None else batch_objective_share(self.loss_type, inputs, dropped)
         loss_call = LossCall(mode, inputs, forward, dict(inputs), advantages, entropy_mask=entropy_mask,
                              dropped=dropped, objective_share=share)
         for component in users:
@@ -350,8 +281,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             finally:
                 unused, self._replay, self._entropy_mask = self._replay, None, None
             if unused is not None:
-                raise RuntimeError("TRL's _compute_loss made no policy forward through "
-                                   "_get_per_token_logps_and_entropies")
+                raise RuntimeError("TRL's _compute_loss made no forward through _get_per_token_logps_and_entropies")
         loss_call = dataclasses.replace(loss_call, batch=full_batch, loss=loss)
         for component in users:
             loss_call = dataclasses.replace(loss_call, loss=component.extra_loss(loss_call))

@@ -91,3 +91,10 @@ def objective_share(loss_type: str, dropped: torch.Tensor, mask: torch.Tensor, n
             num_items_all, dtype=torch.float32).clamp(min=1.0)
     raise ValueError(f"objective_share: unknown loss_type {loss_type!r}; TRL 1.16 has "
                      f"{', '.join(ROW_NORMALISED + MICRO_TOKEN_NORMALISED + BATCH_TOKEN_NORMALISED)}")
+
+
+def batch_objective_share(loss_type: str, batch: dict, dropped: torch.Tensor) -> torch.Tensor:
+    """:func:`objective_share` of a micro-batch as TRL's loss receives it (its loss mask, ``num_items_in_batch``
+    counted without the dropped rows and :data:`ITEMS_BEFORE_DROPS`)."""
+    return objective_share(loss_type, dropped, loss_mask(batch), batch["num_items_in_batch"],
+                           batch.get(ITEMS_BEFORE_DROPS))

@@ -260,3 +260,16 @@ def log_trained_zero_std(trainer, output: dict, mode: str) -> None:
     trained = ~dropped.view(-1, group).all(dim=1)
     frac = (flat & trained).sum().float() / trained.sum().clamp(min=1)
     trainer.log_metric("frac_reward_zero_std_trained", frac.item(), "none", mode)
+
+
+def finish_batch(trainer, inputs: list, first: GenerationRound) -> dict:
+    """The training batch from round 0 ``first``: resampled when a component asked for it (:func:`resample_batch`),
+    ``num_items_in_batch`` without the dropped rows (:func:`finish_drops`), and ``frac_reward_zero_std_trained``
+    (:func:`log_trained_zero_std`) when some component edits, drops or selects rows."""
+    output = first.output if first.selection is None else resample_batch(trainer, inputs, first)
+    components = trainer.components
+    if _any_override(components, "drop_rows", "select_groups"):
+        finish_drops(trainer, output)
+    if _any_override(components, "edit_scored", "drop_rows", "select_groups") or any(c.edits_rows for c in components):
+        log_trained_zero_std(trainer, output, first.scored.mode)
+    return output

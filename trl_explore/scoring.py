@@ -15,13 +15,15 @@ import hashlib
 
 import torch
 
-from trl_explore.components import Component, Rollout, ScoredRollout, _per_row
+from trl_explore.components import Component, Rollout, ScoredBatch, ScoredRollout, _per_row
 from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.resampling import GenerationRound
 from trl_explore.rewards.checks import (
     check_finite_rewards,
     checked_reward_functions,
     not_scored_counts,
 )
+from trl_explore.rows import check_prompt_rows
 
 
 def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
@@ -371,6 +373,56 @@ class ScoringMixin:
             pad = torch.arange(logps.size(1), device=logps.device)[None, :] >= lengths[:, None]
             gen.behaviour_logps = logps.masked_fill(pad, 0.0)
         return gen.behaviour_logps
+
+
+    def _generation_round(self, inputs, round_index: int) -> GenerationRound:
+        """One generation of ``inputs`` (TRL's ``_generate_and_score_completions`` with every component's hooks),
+        its components' batch fields, dropped rows and group selection (``trl_explore.resampling``)."""
+        self._generation = gen = _Generation(self._mode(), tuple(inputs))
+        if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
+            where = f"this process's {gen.mode} generation batch"
+            self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
+        try:
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            except _RowsEdited:
+                gen.edited = True
+                self._plan_scoring(gen)
+                output = super()._generate_and_score_completions(inputs)
+            num_local = gen.rollout.num_rows
+            index = self.accelerator.process_index
+            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
+                                 self._behaviour_logps(gen, output), tuple(self.reward_func_names),
+                                 torch.as_tensor(self.reward_weights, dtype=torch.float32).cpu(),
+                                 slice(index * num_local, (index + 1) * num_local), round_index)
+            sources = dict.fromkeys(output, "GRPOTrainer")
+            for component in self.components:
+                fields = component.batch_fields(scored)
+                _check_new_keys(fields, sources, component.name, "batch_fields")
+                check_batch_field_lengths(fields, num_local, component.name)
+                output.update(fields)
+            return GenerationRound(self, scored)
+        finally:
+            self._generation = None
+
+    def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
+        """Log ``value`` (a number or 0-d tensor) as metric ``name`` beside TRL's own, averaged over the logging
+        window. ``reduction`` over processes: ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives: every
+        process must call it at the same point) or ``"none"`` (this process's value; TRL logs the main process's).
+        ``mode``: ``"train"`` / ``"eval"`` (default: the model's current mode). The public way to write what TRL
+        keeps in its private ``_metrics``.
+
+        Raises:
+            ValueError: another ``reduction``.
+        """
+        mode = mode or self._mode()
+        if reduction not in ("mean", "sum", "max", "min", "none"):
+            raise ValueError(f"log_metric({name!r}): reduction={reduction!r}; valid: mean, sum, max, min, none")
+        value = torch.as_tensor(value, dtype=torch.float64).reshape(()).to(self.accelerator.device)
+        if reduction != "none" and self.accelerator.num_processes > 1:
+            gathered = self.accelerator.gather(value.reshape(1))
+            value = {"mean": gathered.mean, "sum": gathered.sum, "max": gathered.max, "min": gathered.min}[reduction]()
+        self._metrics[mode][name].append(value.item())
 
 
 HOOKS = ("prepare", "setup", "sampling_context", "transform_rollout", "forward_context", "observe_forward",

@@ -24,8 +24,8 @@ import torch
 from trl_explore.components import Component, Needs, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
-from trl_explore.oger import fields
 from trl_explore.objective import ITEMS_BEFORE_DROPS
+from trl_explore.oger import fields
 from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder, last_token_values
