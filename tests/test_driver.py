@@ -135,7 +135,7 @@ def test_without_the_loss_forward_declared_no_loss_hook_runs(tmp_path, smollm2_t
 def test_scoring_forward_hooks_run_when_trl_scores_after_generation(tmp_path, smollm2_tokenizer, tiny_model):
     # two micro-steps per generation and one optimizer step per micro-step: TRL keeps old log-probs (a scoring
     # forward right after generation); a component that declares it gets its contexts around that forward
-    recorder = Recorder(needs=Needs(scoring_forward=True, scoring_entropy=True))
+    recorder = Recorder(needs=Needs(scoring_forward=True, scoring_entropy=True, loss_forward=True))
     trainer = _trainer(tmp_path, smollm2_tokenizer, tiny_model, [recorder], max_steps=2, per_device_train_batch_size=2,
                        steps_per_generation=2)
     trainer.train()
