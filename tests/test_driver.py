@@ -27,7 +27,7 @@ class Recorder(Component):
 
     name = "recorder"
 
-    def __init__(self, needs=Needs(), scale_advantages=1.0, mark_first_offline=False):
+    def __init__(self, needs=Needs(loss_forward=True), scale_advantages=1.0, mark_first_offline=False):
         super().__init__()
         self.calls, self._needs = [], needs
         self.scale_advantages, self.mark_first_offline = scale_advantages, mark_first_offline
@@ -121,7 +121,11 @@ def test_hooks_run_in_phase_order_with_the_values_they_document(tmp_path, smollm
 
 @pytest.mark.slow
 def test_without_the_loss_forward_declared_no_loss_hook_runs(tmp_path, smollm2_tokenizer, tiny_model):
-    recorder = Recorder(needs=Needs())
+    class EvalOnly(Recorder):  # declared in evaluation only (never declared at all is refused: test_silent_edges.py)
+        def needs(self, mode):
+            return Needs(loss_forward=mode == "eval")
+
+    recorder = EvalOnly()
     _trainer(tmp_path, smollm2_tokenizer, tiny_model, [recorder], max_steps=1).train()
     hooks = {c[0] for c in recorder.calls}
     assert not hooks & {"forward_context:loss", "observe_forward:loss", "loss_batch", "advantages", "extra_loss"}
@@ -131,7 +135,7 @@ def test_without_the_loss_forward_declared_no_loss_hook_runs(tmp_path, smollm2_t
 def test_scoring_forward_hooks_run_when_trl_scores_after_generation(tmp_path, smollm2_tokenizer, tiny_model):
     # two micro-steps per generation and one optimizer step per micro-step: TRL keeps old log-probs (a scoring
     # forward right after generation); a component that declares it gets its contexts around that forward
-    recorder = Recorder(needs=Needs(scoring_forward=True, scoring_entropy=True))
+    recorder = Recorder(needs=Needs(scoring_forward=True, scoring_entropy=True, loss_forward=True))
     trainer = _trainer(tmp_path, smollm2_tokenizer, tiny_model, [recorder], max_steps=2, per_device_train_batch_size=2,
                        steps_per_generation=2)
     trainer.train()

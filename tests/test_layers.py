@@ -20,7 +20,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "trl_explore"
-METHODS = ("trl_explore.oger", "trl_explore.ase")
+METHODS = ("trl_explore.oger", "trl_explore.ase", "trl_explore.dynamic_sampling")
 COMPOSITIONS = ("trl_explore", "trl_explore.oger_ase")
 REWARDS_MAY_NOT_IMPORT = ("trl_explore.data", "trl_explore.sampling", "trl_explore.evaluation", "trl_explore.driver",
                           "trl_explore.components", *METHODS)

@@ -147,7 +147,9 @@ def test_loss_mixes_trl_objective_and_policy_shaping(tmp_path, smollm2_tokenizer
         "completion_ids": completion_ids,
         "completion_mask": completion_mask,
         "advantages": advantages,
-        "num_items_in_batch": completion_mask.sum(),
+        "num_items_in_batch": (completion_mask * (~is_offline).unsqueeze(1)).sum(),  # as the driver counts them
+        "num_items_before_drops": completion_mask.sum(),
+        "dropped_from_objective": is_offline,  # OGER's drop_rows: its teacher rows leave TRL's objective
         "is_offline": is_offline,
     }
     loss = trainer._compute_loss(trainer.model, inputs)

@@ -24,6 +24,10 @@ def _parse(recipe, load_script):
         from trl_explore import ExGRPOConfig
 
         name, config = "train_exgrpo", ExGRPOConfig
+    if recipe.name.startswith("dynamic_sampling"):
+        from trl_explore import DynamicSamplingConfig
+
+        name, config = "train_dynamic_sampling", DynamicSamplingConfig
     script = load_script(f"examples/{name}.py")
     # the scripts' run_training parses these (DataArguments unless the script has its own ScriptArguments)
     dataclasses = (getattr(script, "ScriptArguments", DataArguments), HeldoutEvalArguments, config, ModelConfig)

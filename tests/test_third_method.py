@@ -168,6 +168,10 @@ def test_trl_objective_receives_the_shaped_advantages(method, tmp_path, smollm2_
     for (shaped, entropies, mask), batch in zip(checked, arrived):
         assert shaped.shape == mask.shape  # [B, T]: token-level advantages reached TRL
         base = batch["advantages"].unsqueeze(1)
+        if "dropped_from_objective" in batch:  # OGER's teacher rows left TRL's objective (Component.drop_rows)
+            kept = ~batch["dropped_from_objective"]
+            keys = ("ase_route", "sampling_per_token_logps")
+            base, batch = base[kept], {k: batch[k][kept] for k in keys if k in batch}
         if method == "ase" and "sampling_per_token_logps" in batch:  # ASE multiplied its IS weights in first
             clean = (batch["ase_route"] <= 0)[:, None].expand_as(mask)
             base, shaped, entropies, mask = base.expand_as(mask)[clean], shaped[clean], entropies[clean], mask[clean]

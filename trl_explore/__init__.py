@@ -7,6 +7,8 @@ Two methods, plus the parts they share:
 * ASE-GRPO (``trl_explore.ase``): activation-space exploration with a bank of steering vectors.
 * Baselines of the OGER paper: ExGRPO (``trl_explore.exgrpo``: replay of the policy's own correct trajectories) and
   SFT on the teacher trajectories (``trl_explore.sft``, TRL's ``SFTTrainer``).
+* DAPO's dynamic sampling (``trl_explore.dynamic_sampling``): flat groups refused and the batch refilled with new
+  prompts (the driver's batch-level resampling).
 * Shared: ``trl_explore.data`` (multi-teacher offline sets), ``trl_explore.rewards`` (verifiable
   math reward, ``OGERRewardFunction``), ``trl_explore.defaults`` (embedded offline assets).
 
@@ -41,6 +43,10 @@ _LAZY = {
     "ExGRPOConfig": "trl_explore.exgrpo.config",
     "ExGRPOOptions": "trl_explore.exgrpo.options",
     "ExGRPOTrainer": "trl_explore.exgrpo.trainer",
+    "DynamicSamplingComponent": "trl_explore.dynamic_sampling.component",
+    "DynamicSamplingConfig": "trl_explore.dynamic_sampling.config",
+    "DynamicSamplingOptions": "trl_explore.dynamic_sampling.options",
+    "DynamicSamplingTrainer": "trl_explore.dynamic_sampling.trainer",
     "OGERASEConfig": "trl_explore.oger_ase",
     "OGERASETrainer": "trl_explore.oger_ase",
     "ExplorationTrainer": "trl_explore.driver",
@@ -66,6 +72,10 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only (``X as X``: a
     from trl_explore.data.builder import OfflineDatasetBuilder as OfflineDatasetBuilder
     from trl_explore.data.builder import build_offline_dataset as build_offline_dataset
     from trl_explore.driver import ExplorationTrainer as ExplorationTrainer
+    from trl_explore.dynamic_sampling.component import DynamicSamplingComponent as DynamicSamplingComponent
+    from trl_explore.dynamic_sampling.config import DynamicSamplingConfig as DynamicSamplingConfig
+    from trl_explore.dynamic_sampling.options import DynamicSamplingOptions as DynamicSamplingOptions
+    from trl_explore.dynamic_sampling.trainer import DynamicSamplingTrainer as DynamicSamplingTrainer
     from trl_explore.exgrpo.component import ExGRPOComponent as ExGRPOComponent
     from trl_explore.exgrpo.config import ExGRPOConfig as ExGRPOConfig
     from trl_explore.exgrpo.options import ExGRPOOptions as ExGRPOOptions

@@ -6,34 +6,11 @@ A method (OGER, ASE-GRPO, or one of your own) is a :class:`Component`: a class w
 every component, in list order, at one fixed place of a training or evaluation step. Every hook takes one value and
 returns one result; every value is frozen and carries ``mode`` (``"train"`` or ``"eval"``).
 
-========================================  =================================  ==========================================
-hook (value) -> result                    when it runs                       what it may change
-========================================  =================================  ==========================================
-``prepare(TrainerPlan) -> TrainerPlan``   before ``GRPOTrainer.__init__``    reward functions and weights, the contexts
-                                                                             TRL's ``__init__`` runs in; checks (raise)
-``setup(trainer) -> None``                after ``GRPOTrainer.__init__``     its own parts (models, banks, hooks)
-``sampling_context(SamplingCall)``        around TRL's sampler               steering, recorders (a context or None)
-``transform_rollout(Rollout) -> Rollout`` after TRL's ``_generate``          completions (replacement), behaviour
-                                                                             log-probs, ``offline`` flags
-``forward_context(ForwardCall)``          around TRL's scoring forward and   hooks on the model (a context or None)
-                                          the loss forward
-``observe_forward(ForwardResult)``        after those forwards               nothing (reads log-probs, entropies)
-``reward_fields(Rollout) -> dict``        before the reward functions        per-completion reward kwargs (``{name:
-                                                                             [value per completion]}``)
-``edit_scored(ScoredRollout) -> Rollout`` after the reward functions          rows (swapped in; the driver re-scores
-                                                                             them and TRL recomputes the advantages)
-``batch_fields(ScoredBatch) -> dict``     after TRL scored the batch         batch-first tensors added to the batch
-``loss_batch(LossCall) -> dict``          before TRL's objective             the batch TRL's objective sees (masks)
-``advantages(LossCall) -> Tensor``        before TRL's objective             ``[B, 1]`` or ``[B, T]`` advantages: add
-                                                                             or multiply terms
-``extra_loss(LossCall) -> Tensor``        after TRL's objective              the loss (terms added)
-``step_end(TrainerState) -> None``        after each optimizer step          its own state
-``save(folder)`` / ``load(folder)``       main process, every checkpoint     its shared state (same on every process)
-                                          and save_model / every process,
-                                          on resume
-``save_process_state(folder)`` /          every process, every checkpoint /  its per-process state, in a folder of its
-``load_process_state(folder)``            every process, on resume           own per process
-========================================  =================================  ==========================================
+The hooks, in step order: ``prepare`` and ``setup`` (construction); ``sampling_context``, ``transform_rollout``,
+``forward_context`` / ``observe_forward``, ``reward_fields``, ``edit_scored``, ``batch_fields``, ``drop_rows``,
+``select_groups`` (generation); ``loss_batch``, ``advantages``, ``extra_loss`` (loss); ``step_end``, ``save`` /
+``load``, ``save_process_state`` / ``load_process_state``. ``docs/architecture.md`` ("Hook reference") says for each
+when it runs, on which processes, its value's fields and what it may change.
 
 Two declarations instead of queries: :meth:`Component.needs` (which policy forwards a component reads: TRL's scoring
 forward after generation, its entropies, the loss forward) and :attr:`Component.reward_field_names` (the reward kwargs
@@ -320,15 +297,21 @@ class ScoredRollout:
 
 @dataclasses.dataclass(frozen=True)
 class ScoredBatch:
-    """A generation after TRL scored it (:meth:`Component.batch_fields`).
+    """A generation after TRL scored it (:meth:`Component.batch_fields`, :meth:`Component.drop_rows`,
+    :meth:`Component.select_groups`).
 
     Attributes:
         mode: ``"train"`` or ``"eval"``.
-        rollout: the final :class:`Rollout` (after every component's ``transform_rollout``).
-        output: TRL's batch dict (``completion_ids [B, T]``, ``completion_mask``, ``advantages [B]``, ...).
+        rollout: the final :class:`Rollout` (after every component's ``transform_rollout`` and ``edit_scored``).
+        output: TRL's batch dict of this process's ``B`` rows (its keys: "Hook reference" in
+            ``docs/architecture.md``) and the fields earlier components added.
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
             ``_calculate_rewards`` returned them (re-scored rows included).
         behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
+        reward_func_names: the ``F`` reward functions' names.
+        reward_weights: ``[F]`` their weights.
+        process_slice: this process's rows within the ``N`` (``rewards_per_func[process_slice]``).
+        round: the generation round within one training batch (0: TRL's own; 1, 2, ...: batch-level resampling).
     """
 
     mode: str
@@ -336,6 +319,39 @@ class ScoredBatch:
     output: dict
     rewards_per_func: torch.Tensor
     behaviour_logps: torch.Tensor | None = None
+    reward_func_names: tuple = ()
+    reward_weights: torch.Tensor | None = None
+    process_slice: slice = dataclasses.field(default_factory=lambda: slice(None))
+    round: int = 0
+
+    @property
+    def local_rewards_per_func(self) -> torch.Tensor:
+        """``[B, F]``: this process's rows of :attr:`rewards_per_func`."""
+        return self.rewards_per_func[self.process_slice]
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """``[N]`` the weighted sum over the functions as TRL's advantages see it (``nansum``: an unscored row
+        counts 0)."""
+        weights = self.reward_weights.to(self.rewards_per_func.device, self.rewards_per_func.dtype)
+        return (self.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSelection:
+    """A component's verdict on this process's groups of one generation round (:meth:`Component.select_groups`).
+
+    Attributes:
+        keep: ``[G]`` bool, per group of this process's rows (``G = B / num_generations``): True = may be trained.
+        max_rounds: generation rounds (the first included) per training batch (verl's ``max_num_gen_batches``);
+            ``<= 0``: no cap.
+        on_cap: at the cap with too few kept groups: ``"drop"`` fills the batch with refused groups, dropped from
+            the objective (logged); ``"error"`` raises (verl, NeMo-RL).
+    """
+
+    keep: torch.Tensor
+    max_rounds: int = 1
+    on_cap: str = "drop"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,10 +369,14 @@ class LossCall:
         loss: TRL's loss plus the terms added so far (``extra_loss`` only; None before TRL's objective ran).
         entropy_mask: ``[B, T]`` bool, with ``top_entropy_quantile = q < 1``: the tokens whose entropy is at least
             the ``(1 - q)``-quantile of the entropies of every token of ``inputs`` (``completion_mask * tool_mask``
-            as the batch arrived, before any ``loss_batch`` masked rows out; all processes), TRL's
-            ``get_high_entropy_mask``. TRL's objective and its entropy bonus cover the masked-in tokens of its own
-            rows; a component that trains rows outside TRL's objective applies the same mask to them. None at
-            ``q = 1`` (every token).
+            as the batch arrived, dropped rows included; all processes), TRL's ``get_high_entropy_mask``. TRL's
+            objective and its entropy bonus cover the masked-in tokens of its own rows; a component that trains rows
+            outside TRL's objective applies the same mask to them. None at ``q = 1`` (every token).
+        dropped: ``[B]`` bool, the rows taken out of TRL's objective (:meth:`Component.drop_rows`), or None (none).
+        objective_share: 0-d, the factor that turns TRL's objective over the kept rows into the same sum normalised
+            as over every row of the batch (``trl_explore.objective.objective_share``; 1 when nothing is dropped): a
+            component that trains the dropped rows itself under one normaliser (OGER's teacher rows, LUFFY's mixed
+            objective) multiplies TRL's policy term by it.
     """
 
     mode: str
@@ -366,6 +386,8 @@ class LossCall:
     advantages: torch.Tensor
     loss: torch.Tensor | None = None
     entropy_mask: torch.Tensor | None = None
+    dropped: torch.Tensor | None = None
+    objective_share: torch.Tensor | float = 1.0
 
 
 class Component:
@@ -409,9 +431,16 @@ class Component:
     def prepare(self, plan: TrainerPlan) -> TrainerPlan:
         """Before TRL's ``__init__``: read the options (when not given) from ``plan.args`` and check them against it.
 
+        Options come from one place (``trl_explore.config.check_options_source``).
+
         Raises:
-            ValueError: options that contradict the training configuration (the message names both).
+            ValueError: options that contradict the training configuration (the message names both); options given
+                both ways with different values.
         """
+        if self.options_class is not None:
+            from trl_explore.config import check_options_source
+
+            check_options_source(self, plan.args)
         if self.options is None and self.options_class is not None:
             self.options = self.options_class.from_config(plan.args)
         if self.options is not None:
@@ -481,13 +510,37 @@ class Component:
         return scored.rollout
 
     def batch_fields(self, batch: ScoredBatch) -> dict[str, torch.Tensor]:
-        """Batch-first tensors (or lists of length B) added to the training batch; they survive TRL's shuffling and
-        splitting into micro-batches."""
+        """Batch-first tensors (``[B, ...]``) or lists of length ``B`` (this process's rows) added to the training
+        batch; they survive TRL's shuffling and splitting into micro-batches. A value of another length is refused
+        (``ValueError`` naming the component and the key)."""
         return {}
+
+    def drop_rows(self, batch: ScoredBatch) -> torch.Tensor | None:
+        """``[B]`` bool: this process's rows to take out of TRL's objective (True = dropped), or None (none).
+
+        The one way to drop rows from the loss: TRL's objective and its normaliser become those of a batch built
+        without them, for every ``loss_type`` (``trl_explore.objective``). The loss hooks still see the rows
+        (:attr:`LossCall.dropped`), for a component that trains them itself."""
+        return None
+
+    def select_groups(self, batch: ScoredBatch) -> GroupSelection | None:
+        """Batch-level resampling: which of this process's groups of this generation round may enter the training
+        batch (a :class:`GroupSelection`), or None (every group).
+
+        When a group is refused on some process, the driver generates a further round of new prompts (every hook
+        runs on it) and asks again, until every process holds its batch of kept groups or the rounds reach
+        ``max_rounds`` (``trl_explore.resampling``). Runs on every process after :meth:`batch_fields`."""
+        return None
+
+    def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
+        """Log ``value`` as ``<component name>/<name>`` (``ExplorationTrainer.log_metric``: ``reduction`` over
+        processes, ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives) or ``"none"``)."""
+        prefix = f"{self.name}/"
+        self.trainer.log_metric(name if name.startswith(prefix) else prefix + name, value, reduction, mode)
 
     # ---------------------------------------------------------------- loss
     def loss_batch(self, call: LossCall) -> dict:
-        """The batch TRL's objective sees (e.g. rows masked out of it through ``tool_mask``)."""
+        """The batch TRL's objective sees (e.g. token masks; to take whole rows out, use :meth:`drop_rows`)."""
         return call.batch
 
     def advantages(self, call: LossCall) -> torch.Tensor:
@@ -543,3 +596,4 @@ def record_phase(trainer, name: str, seconds: float) -> None:
     """Report ``seconds`` spent in ``name``, measured piecewise (e.g. in hooks inside ``generate``), as :func:`phase`
     does (TRL's ``ProfilingContext._log_metrics``: see ``trl_explore.trl_contract``)."""
     phase(trainer, name)._log_metrics(seconds)
+

@@ -243,3 +243,36 @@ def default_verifier(args):
 
     normalizer = GOLD_NORMALIZERS[getattr(args, "gold_normalizer", "none")]
     return MathVerifyReward(mode=getattr(args, "grader_mode", "math_verify"), gold_normalizer=normalizer)
+
+
+def check_options_source(component, config) -> None:
+    """Options come from one place (:meth:`Component.prepare`).
+
+    Raises:
+        ValueError: options given to the component that differ from the same fields set on ``config`` when
+            ``config`` has the options class among its bases (naming the component, the fields, both values and the
+            fix).
+    Warns (logging): ``config`` lacks the options class and no options were given: every option takes its default.
+    """
+    import logging
+
+    cls = component.options_class
+    if isinstance(config, cls):
+        if component.options is None or component.options is config:
+            return
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        differ = [(n, getattr(config, n), getattr(component.options, n)) for n in names
+                  if getattr(config, n) != getattr(component.options, n)]
+        if differ:
+            listed = "; ".join(f"{n}: config {c!r}, options {o!r}" for n, c, o in differ)
+            raise ValueError(
+                f"component {component.name!r}: options given twice with different values ({listed}). The "
+                f"training config {type(config).__name__} has {cls.__name__} among its bases: build the component "
+                f"without options ({type(component).__name__}()) to read them from the config, or give the same "
+                "values in both places")
+    elif component.options is None:
+        logging.getLogger(__name__).warning(
+            "component %r: the training config %s does not have %s among its bases and no options were given, so "
+            "every option of %s takes its default. Pass them (%s(%s(...))) or add %s to the config's bases",
+            component.name, type(config).__name__, cls.__name__, cls.__name__, type(component).__name__,
+            cls.__name__, cls.__name__)

@@ -7,7 +7,8 @@ fixed places of a step. The checkpoint side (component state, TRL's generation b
 :class:`~trl_explore.resume.ResumableTrainerMixin`: a resumed run continues inside a generation and in a later epoch
 exactly as the uninterrupted run.
 
-Metrics go to ``trainer._metrics[mode]`` like TRL's own, under each component's prefix (``oger/``, ``ase/``).
+Metrics go beside TRL's own through :meth:`ExplorationTrainer.log_metric` (``Component.log_metric``), under each
+component's prefix (``oger/``, ``ase/``).
 
 Two distributions (``trl_explore.sampler_settings``): TRL's log-probs and entropies (:meth:`policy_forward`, the
 scoring and loss forwards) are of ``softmax(logits / GRPOConfig.temperature)``; the rollouts were sampled from the
@@ -32,7 +33,6 @@ from trl_explore.components import (
     LossCall,
     Rollout,
     SamplingCall,
-    ScoredBatch,
     TrainerPlan,
 )
 from trl_explore.config import ExplorationConfig, default_verifier
@@ -40,19 +40,21 @@ from trl_explore.defaults import resolve_model_and_config
 from trl_explore.distributed import check_launch
 from trl_explore.forwards import TeacherForcedMixin
 from trl_explore.hub import check_hub_access, create_model_card
+from trl_explore.objective import DROPPED, batch_objective_share, take_rows
 from trl_explore.positions import check_context_length, check_position_ids_supported
 from trl_explore.precision import precision_line
+from trl_explore.resampling import finish_batch
 from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rows import check_datasets, check_prompt_rows
+from trl_explore.rows import check_datasets
 from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
 from trl_explore.sampling.decode import rollout_sampling
 from trl_explore.scoring import (
     ScoringMixin,
     _check_declared_edit,
-    _check_new_keys,
     _Generation,
-    _RowsEdited,
+    check_component_hooks,
     check_components,
+    check_declared_forwards,
     check_row_owner_column,
     settle_rewrites,
     stream_seed,
@@ -107,6 +109,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         check_hub_access(args)  # push_to_hub: a token and a reachable Hub, before anything is built
         self.components = tuple(components)
         check_components(self.components, kwargs)  # field names, row ownership, edit_scored with environments
+        check_component_hooks(self.components)  # public methods whose names are near misses of hooks: a warning
         default_rewards = reward_funcs is None
         reward_funcs = [default_verifier(args)] if default_rewards else reward_funcs
         reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
@@ -134,6 +137,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         self._entropy_mask: torch.Tensor | None = None  # the loss's high-entropy tokens, chosen by the driver
         for component in self.components:
             component.setup(self)
+        check_declared_forwards(self.components)  # loss / forward hooks that needs() never enables: an error
         self.add_callback(_StepEnd(self.components))
         self._generation: _Generation | None = None  # the generation in progress
         self._replay: tuple | None = None  # (input_ids, Forward) of the loss forward made by the driver
@@ -167,28 +171,8 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
         # When an `edit_scored` hook changed rows, TRL's method runs a second time on the final rows (`_generate` and
         # `_calculate_rewards` then return them and their rewards): TRL pads, scores and computes the advantages its
-        # own way, and no line of it is copied here.
-        self._generation = gen = _Generation(self._mode(), tuple(inputs))
-        if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
-            where = f"this process's {gen.mode} generation batch"
-            self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
-        try:
-            try:
-                output = super()._generate_and_score_completions(inputs)
-            except _RowsEdited:
-                gen.edited = True
-                self._plan_scoring(gen)
-                output = super()._generate_and_score_completions(inputs)
-            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
-                                 self._behaviour_logps(gen, output))
-            sources = dict.fromkeys(output, "GRPOTrainer")
-            for component in self.components:
-                fields = component.batch_fields(scored)
-                _check_new_keys(fields, sources, component.name, "batch_fields")
-                output.update(fields)
-        finally:
-            self._generation = None
-        return output
+        # own way, and no line of it is copied here. `select_groups` / `drop_rows`: trl_explore.resampling.
+        return finish_batch(self, inputs, self._generation_round(inputs, 0))  # resampling, drops, metrics
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Overrides GRPOTrainer._generate_single_turn, the one call that samples: runs it under the components'
@@ -249,9 +233,12 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # Overrides GRPOTrainer._compute_loss. When a component needs the policy forward, the driver makes it first
         # (under those components' contexts), builds a batch copy (loss_batch, advantages: TRL reads the advantages
         # from the batch it is given) and lets TRL's objective reuse that forward; extra loss terms are then added.
+        # Rows a component dropped (`drop_rows`) are taken out of the micro-batch TRL's objective sees: its objective
+        # and normaliser are those of a batch without them (`trl_explore.objective`).
         mode = self._mode()
         users = [c for c in self.components if c.needs(mode).loss_forward]
-        if not users:
+        dropped = inputs[DROPPED].bool() if DROPPED in inputs and bool(inputs[DROPPED].any()) else None
+        if not users and dropped is None:
             return super()._compute_loss(model, inputs)
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -269,22 +256,33 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             tokens = inputs["completion_mask"]
             tokens = tokens * inputs["tool_mask"] if "tool_mask" in inputs else tokens
             entropy_mask = super().get_high_entropy_mask(forward.entropies, tokens, 1 - self.top_entropy_quantile)
-        loss_call = LossCall(mode, inputs, forward, dict(inputs), advantages, entropy_mask=entropy_mask)
+        share = 1.0 if dropped is None else batch_objective_share(self.loss_type, inputs, dropped)
+        loss_call = LossCall(mode, inputs, forward, dict(inputs), advantages, entropy_mask=entropy_mask,
+                             dropped=dropped, objective_share=share)
         for component in users:
             loss_call = dataclasses.replace(loss_call, batch=component.loss_batch(loss_call))
         for component in users:
             loss_call = dataclasses.replace(loss_call, advantages=component.advantages(loss_call))
-        batch = loss_call.batch
+        batch = full_batch = loss_call.batch
         if loss_call.advantages is not advantages:
-            batch = {**batch, "advantages": loss_call.advantages}
-        self._replay, self._entropy_mask = (input_ids, forward), entropy_mask
-        try:
-            loss = super()._compute_loss(model, batch)
-        finally:
-            unused, self._replay, self._entropy_mask = self._replay, None, None
-        if unused is not None:
-            raise RuntimeError("TRL's _compute_loss made no policy forward through _get_per_token_logps_and_entropies")
-        loss_call = dataclasses.replace(loss_call, batch=batch, loss=loss)
+            batch = full_batch = {**batch, "advantages": loss_call.advantages}
+        if dropped is not None:  # TRL's objective on the kept rows only, from the same forward
+            keep = ~dropped
+            batch = take_rows(batch, keep)
+            input_ids, entropy_mask = input_ids[keep], None if entropy_mask is None else entropy_mask[keep]
+            forward = Forward(forward.logps[keep], None if forward.entropies is None else forward.entropies[keep],
+                              forward.aux_loss)
+        if dropped is not None and not bool(keep.any()):  # nothing left for TRL: no term (a zero on the graph)
+            loss = loss_call.forward.logps.sum() * 0.0
+        else:
+            self._replay, self._entropy_mask = (input_ids, forward), entropy_mask
+            try:
+                loss = super()._compute_loss(model, batch)
+            finally:
+                unused, self._replay, self._entropy_mask = self._replay, None, None
+            if unused is not None:
+                raise RuntimeError("TRL's _compute_loss made no forward through _get_per_token_logps_and_entropies")
+        loss_call = dataclasses.replace(loss_call, batch=full_batch, loss=loss)
         for component in users:
             loss_call = dataclasses.replace(loss_call, loss=component.extra_loss(loss_call))
         return loss_call.loss

@@ -15,13 +15,15 @@ import hashlib
 
 import torch
 
-from trl_explore.components import Component, Rollout, ScoredRollout, _per_row
+from trl_explore.components import Component, Rollout, ScoredBatch, ScoredRollout, _per_row
 from trl_explore.defaults import trl_scores_after_generation
+from trl_explore.resampling import GenerationRound
 from trl_explore.rewards.checks import (
     check_finite_rewards,
     checked_reward_functions,
     not_scored_counts,
 )
+from trl_explore.rows import check_prompt_rows
 
 
 def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
@@ -371,3 +373,131 @@ class ScoringMixin:
             pad = torch.arange(logps.size(1), device=logps.device)[None, :] >= lengths[:, None]
             gen.behaviour_logps = logps.masked_fill(pad, 0.0)
         return gen.behaviour_logps
+
+
+    def _generation_round(self, inputs, round_index: int) -> GenerationRound:
+        """One generation of ``inputs`` (TRL's ``_generate_and_score_completions`` with every component's hooks),
+        its components' batch fields, dropped rows and group selection (``trl_explore.resampling``)."""
+        self._generation = gen = _Generation(self._mode(), tuple(inputs))
+        if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
+            where = f"this process's {gen.mode} generation batch"
+            self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
+        try:
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            except _RowsEdited:
+                gen.edited = True
+                self._plan_scoring(gen)
+                output = super()._generate_and_score_completions(inputs)
+            num_local = gen.rollout.num_rows
+            index = self.accelerator.process_index
+            scored = ScoredBatch(gen.mode, gen.rollout, output, gen.rewards_per_func,
+                                 self._behaviour_logps(gen, output), tuple(self.reward_func_names),
+                                 torch.as_tensor(self.reward_weights, dtype=torch.float32).cpu(),
+                                 slice(index * num_local, (index + 1) * num_local), round_index)
+            sources = dict.fromkeys(output, "GRPOTrainer")
+            for component in self.components:
+                fields = component.batch_fields(scored)
+                _check_new_keys(fields, sources, component.name, "batch_fields")
+                check_batch_field_lengths(fields, num_local, component.name)
+                output.update(fields)
+            return GenerationRound(self, scored)
+        finally:
+            self._generation = None
+
+    def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
+        """Log ``value`` (a number or 0-d tensor) as metric ``name`` beside TRL's own, averaged over the logging
+        window. ``reduction`` over processes: ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` (collectives: every
+        process must call it at the same point) or ``"none"`` (this process's value; TRL logs the main process's).
+        ``mode``: ``"train"`` / ``"eval"`` (default: the model's current mode). The public way to write what TRL
+        keeps in its private ``_metrics``.
+
+        Raises:
+            ValueError: another ``reduction``.
+        """
+        mode = mode or self._mode()
+        if reduction not in ("mean", "sum", "max", "min", "none"):
+            raise ValueError(f"log_metric({name!r}): reduction={reduction!r}; valid: mean, sum, max, min, none")
+        value = torch.as_tensor(value, dtype=torch.float64).reshape(()).to(self.accelerator.device)
+        if reduction != "none" and self.accelerator.num_processes > 1:
+            gathered = self.accelerator.gather(value.reshape(1))
+            value = {"mean": gathered.mean, "sum": gathered.sum, "max": gathered.max, "min": gathered.min}[reduction]()
+        self._metrics[mode][name].append(value.item())
+
+
+HOOKS = ("prepare", "setup", "sampling_context", "transform_rollout", "forward_context", "observe_forward",
+         "reward_fields", "edit_scored", "batch_fields", "drop_rows", "select_groups", "loss_batch", "advantages",
+         "extra_loss", "step_end", "save", "load", "save_process_state", "load_process_state", "needs",
+         "behaviour_context", "generator", "log_metric")
+"""Every method of :class:`~trl_explore.components.Component` the driver calls (or a component calls)."""
+
+_LOSS_HOOKS = ("loss_batch", "advantages", "extra_loss")
+_FORWARD_HOOKS = ("forward_context", "observe_forward")
+
+
+def check_component_hooks(components) -> None:
+    """Warn (logging) about a public method of a component class whose name is a near miss of a hook (``loss_bacth``
+    for ``loss_batch``): the driver would never call it. A warning, not an error: the name may be meant."""
+    import difflib
+    import logging
+
+    for component in components:
+        for cls in type(component).__mro__:
+            if cls is Component or cls is object:
+                break
+            for name, value in vars(cls).items():
+                if name.startswith("_") or name in HOOKS or not callable(value):
+                    continue
+                close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.85)
+                if close:
+                    logging.getLogger(__name__).warning(
+                        "component %r: method %s.%s is not a hook and the driver never calls it; did you mean %r? "
+                        "Rename it to override the hook (or to a name further from it to silence this warning)",
+                        component.name, cls.__name__, name, close[0])
+
+
+def check_declared_forwards(components) -> None:
+    """Refuse a component that overrides a loss hook (``loss_batch``, ``advantages``, ``extra_loss``) while its
+    :meth:`Component.needs` enables ``loss_forward`` in neither mode, or a forward hook (``forward_context``,
+    ``observe_forward``) while it declares no forward at all: the driver would never call them (run after every
+    component's ``setup``).
+
+    Raises:
+        ValueError: naming the component, the hooks and the fix.
+    """
+    for component in components:
+        needs = [component.needs(mode) for mode in ("train", "eval")]
+        loss = [hook for hook in _LOSS_HOOKS if _overrides(component, hook)]
+        if loss and not any(n.loss_forward for n in needs):
+            raise ValueError(
+                f"component {component.name!r} overrides {', '.join(loss)} but its needs() never declares "
+                "loss_forward, so the driver would never call them: return Needs(loss_forward=True) from needs(mode) "
+                "in the modes where they apply (trl_explore.components.Needs)")
+        forward = [hook for hook in _FORWARD_HOOKS if _overrides(component, hook)]
+        if forward and not any(n.loss_forward or n.scoring_forward for n in needs):
+            raise ValueError(
+                f"component {component.name!r} overrides {', '.join(forward)} but its needs() declares neither "
+                "loss_forward nor scoring_forward, so the driver would never call them: declare the forward it reads "
+                "(Needs(loss_forward=True) and/or Needs(scoring_forward=True))")
+
+
+def check_batch_field_lengths(fields: dict, num_rows: int, name: str) -> None:
+    """Refuse a ``batch_fields`` value that is not batch-first over this process's ``num_rows`` rows (TRL would slice
+    or drop it silently when it shuffles and splits the batch).
+
+    Raises:
+        ValueError: naming the component, the key, the length found and the fix.
+    """
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            found = value.shape[0] if value.dim() > 0 else None
+        elif isinstance(value, list):
+            found = len(value)
+        else:
+            raise ValueError(f"batch_fields of component {name!r} returns {key!r} as a {type(value).__name__}: give "
+                             f"a tensor [B, ...] or a list of B values, B = {num_rows} rows of this process")
+        if found != num_rows:
+            what = "a 0-d tensor" if found is None else f"{found} rows"
+            raise ValueError(f"batch_fields of component {name!r} returns {key!r} with {what} for this process's "
+                             f"{num_rows} rows: give one value per row (batch-first, [B, ...]); a value shared by "
+                             "the batch belongs on the component")

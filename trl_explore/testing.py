@@ -12,7 +12,13 @@
   :func:`run_in_session`: a command killed whole (every process it started, in any session) when it outlives its
   timeout (:func:`kill_process_tree`).
 
-``tests/test_third_method.py`` shows them at work on a component written outside the package.
+What a method author needs, in order: the ``smollm2_tokenizer`` / ``make_tiny_lm`` fixtures of ``tests/conftest.py``
+(the real SmolLM2 tokenizer; :func:`make_tiny_causal_lm` over it), :func:`tiny_training_args` for the config (add the
+method's options as keywords), :func:`parity_reward` or a reward of your own (reward functions take ``completions``
+and the dataset's columns as keywords, e.g. ``problem_id``), :func:`doubling_dataset` for the rows, and
+:func:`run_two_cpu_processes` for a 2-process check. ``tests/test_third_method.py`` (a loss-side method) and
+``tests/test_dynamic_sampling.py`` (a batch-level method, ``docs/architecture.md``, "Write your own method") show them
+at work.
 """
 
 from __future__ import annotations

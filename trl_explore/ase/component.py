@@ -250,7 +250,11 @@ class ASEComponent(Component):
 
     def _captures(self, inputs) -> bool:
         rows, step = inputs.get("ase_row"), self.step
-        return step is not None and rows is not None and not (step.updated or bool(step.filled[rows.cpu()].all()))
+        if step is None or rows is None or step.updated:
+            return False
+        rows = rows.cpu()
+        rows = rows[rows >= 0]  # rows of later resampling rounds (-1) are not part of the bank step
+        return rows.numel() > 0 and not bool(step.filled[rows].all())
 
     def _weighs(self, inputs, mode) -> bool:
         key = "importance_sampling_ratio" if self.trainer.use_vllm else "sampling_per_token_logps"
@@ -269,7 +273,9 @@ class ASEComponent(Component):
             return
         capture, self._loss_capture = self._loss_capture, None
         if capture is not None:
-            self._store_readouts(call.inputs["ase_row"].cpu(), capture.readouts())
+            rows = call.inputs["ase_row"].cpu()
+            ours = rows >= 0
+            self._store_readouts(rows[ours], capture.readouts()[ours])
         inputs = call.inputs
         if self.trainer.use_vllm and self._weighs(inputs, call.mode):  # TRL's token_truncate ratio is the TIS weight
             ratio = inputs["importance_sampling_ratio"].float()
@@ -301,6 +307,11 @@ class ASEComponent(Component):
         self._follow_rewrites(batch.rollout)  # rows rewritten after transform_rollout (edit_scored, later components)
         device, routes, num_rows = t.accelerator.device, self.rollout.routes, output["completion_ids"].shape[0]
         self._log_route_diagnostics(mode, routes, correct, batch.rollout.completions)
+        if batch.round > 0:  # a further generation round of batch-level resampling: its routes, not its readouts
+            if self.step is not None:  # the bank step is round 0's; it runs at the step's end on the rows trained
+                self.step.partial = True
+            self._scoring_capture = None
+            return {"ase_route": routes.to(device), "ase_row": torch.full((num_rows,), -1, device=device)}
         if self._collects_readouts(mode):
             if self.step is not None and not self.step.updated:
                 logger.warning("ASE: a generation's bank update never ran (its rows were not all seen); dropped")
@@ -338,7 +349,8 @@ class ASEComponent(Component):
             t._metrics[mode]["ase/answer_disagreement"].append(disagreement)
 
     def _store_readouts(self, rows: torch.Tensor, readouts: torch.Tensor) -> None:
-        if self.step.store(rows, readouts):  # every process completes at the same micro-step: collectives are safe
+        complete = self.step.store(rows, readouts)
+        if complete and not getattr(self.step, "partial", False):  # every process completes at the same micro-step
             self._update_bank()
 
     def _update_bank(self) -> None:
@@ -412,6 +424,11 @@ class ASEComponent(Component):
 
     # ---------------------------------------------------------------- step end and checkpoints
     def step_end(self, state):
+        step, t = self.step, self.trainer
+        if (step is not None and getattr(step, "partial", False) and not step.updated
+                and t._step % t.args.steps_per_generation == 0):  # resampled: the rows of round 0 that were trained
+            step.valid &= step.filled
+            self._update_bank()
         self.bank.activate()  # paper §3: a new bank becomes active only after actor optimization
 
     def save(self, output_dir):  # training state; evaluation with steering (the paper's ^S) loads it too

@@ -10,7 +10,7 @@ Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcemen
   replaced by teacher trajectories (``Rollout.offline`` marks them);
 * ``observe_forward``: H_last read from TRL's scoring forward (vLLM), when it comes after generation;
 * ``reward_fields`` / ``batch_fields``: per-completion values for ``OGERRewardFunction``, ``is_offline``;
-* ``loss_batch`` / ``extra_loss``: offline rows leave TRL's objective and are trained by policy shaping; the entropy
+* ``drop_rows`` / ``extra_loss``: offline rows leave TRL's objective and are trained by policy shaping; the entropy
   mask (``top_entropy_quantile``) and the entropy bonus follow one rule for both kinds of tokens (``OGEROptions``).
 """
 
@@ -24,6 +24,7 @@ import torch
 from trl_explore.components import Component, Needs, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.distributed import load_auxiliary_model
+from trl_explore.objective import ITEMS_BEFORE_DROPS
 from trl_explore.oger import fields
 from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
@@ -356,33 +357,43 @@ class OGERComponent(Component):
                            int(n_cut), t.max_completion_length)
 
     # ---------------------------------------------------------------- loss
-    def loss_batch(self, call):
-        # TRL's objective sees the offline rows masked out through `tool_mask` (masks the loss, not attention)
-        batch = call.batch
-        base = batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
-        return {**batch, "tool_mask": base * (~batch["is_offline"]).unsqueeze(1).to(base.dtype)}
+    def drop_rows(self, batch):
+        """OGER's teacher rows leave TRL's objective (``Component.drop_rows``); :meth:`extra_loss` trains them by
+        policy shaping under the whole batch's normaliser."""
+        return torch.tensor([owner == self.name for owner in batch.rollout.owner], dtype=torch.bool)
 
     def extra_loss(self, call):
         with phase(self.trainer, "oger: policy shaping"):  # its backward is part of TRL's backward pass
             return self._add_policy_shaping(call.loss, call.inputs, call.batch, call.forward, call.mode,
-                                            call.entropy_mask)
+                                            call.entropy_mask, call.objective_share, call.dropped)
 
-    def _add_policy_shaping(self, loss, inputs, batch, forward, mode, entropy_mask=None):
+    def _add_policy_shaping(self, loss, inputs, batch, forward, mode, entropy_mask=None, share=1.0, dropped=None):
         """Policy shaping of the offline tokens (LUFFY), from the same forward, with TRL's normalisation; with
         ``top_entropy_quantile < 1``, on the high-entropy tokens only, and the entropy bonus over the high-entropy
-        tokens of both kinds (``policy_shaping.high_entropy_terms``: one rule for online and offline tokens)."""
+        tokens of both kinds (``policy_shaping.high_entropy_terms``: one rule for online and offline tokens).
+
+        TRL's objective ran on the online rows alone (the teacher rows were dropped): ``share`` (``LossCall.
+        objective_share``) brings its policy term back to the whole batch's normaliser, so that the online and the
+        offline tokens share one normaliser (LUFFY's mixed objective); its entropy bonus and auxiliary loss, which
+        TRL does not normalise by the loss type, are restored to their own scale."""
         t = self.trainer
         completion_mask = inputs["completion_mask"]
         accumulation = t.current_gradient_accumulation_steps if mode == "train" else 1.0
         all_mask = (completion_mask * inputs.get("tool_mask", torch.ones_like(completion_mask))).float()
-        online_mask = batch["tool_mask"].float() * completion_mask
-        offline_mask = all_mask - online_mask
-        n_online, n_all = online_mask.sum(), all_mask.sum()
-        if t.loss_type == "bnpo":  # TRL divided by the on-policy token count; renormalise over all tokens
-            loss = loss * n_online.clamp(min=1.0) / n_all.clamp(min=1.0)
+        own = batch["is_offline"].bool()
+        in_trl = ~(own if dropped is None else dropped | own)  # TRL's objective: the rows no component dropped
+        online_mask = all_mask * in_trl.unsqueeze(1).to(all_mask.dtype)
+        offline_mask = all_mask * own.unsqueeze(1).to(all_mask.dtype)
+        n_all = all_mask.sum()
+        share = torch.as_tensor(share, dtype=loss.dtype, device=loss.device)
+        loss = loss * share
+        if t.aux_loss_enabled and forward.aux_loss is not None:  # TRL's router term is not the loss type's: unscale
+            loss = loss + (1 - share) * t.router_aux_loss_coef * forward.aux_loss / accumulation
+        if t.loss_type == "bnpo":
             token_normalizer = n_all
-        elif t.loss_type in ("dapo", "cispo", "vespo"):
-            token_normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / t.accelerator.num_processes
+        elif t.loss_type in ("dapo", "cispo", "vespo"):  # every loss token of the generation batch, teachers' too
+            items = inputs.get(ITEMS_BEFORE_DROPS, inputs["num_items_in_batch"])
+            token_normalizer = items.clamp(min=1.0) / t.accelerator.num_processes
             if mode == "train":
                 token_normalizer = (token_normalizer * t.current_gradient_accumulation_steps
                                     / t.args.steps_per_generation)
@@ -396,7 +407,8 @@ class OGERComponent(Component):
         loss = loss + offline_loss
         if t._entropy_bonus_enabled:  # TRL's bonus covered its (online) tokens only: extend it to the offline ones
             coef = 0.0 if t.use_adaptive_entropy and t._last_world_entropy > t.args.entropy_target else t.entropy_coef
-            loss = loss - coef * entropy_bonus_correction(forward.entropies, bonus_all, bonus_online) / accumulation
+            loss = loss - coef * entropy_bonus_correction(forward.entropies, bonus_all, bonus_online,
+                                                          online_weight=share) / accumulation
         with torch.no_grad():
             probs = forward.logps.exp()
             stats = torch.stack([(probs * offline_mask).sum(), offline_mask.sum(),

@@ -97,17 +97,19 @@ def aggregate_token_loss(
 
 
 def entropy_bonus_correction(entropies: torch.Tensor, all_mask: torch.Tensor,
-                             online_mask: torch.Tensor) -> torch.Tensor:
-    """Mean entropy over all tokens minus the mean over on-policy tokens (``[B, T]`` inputs, 0/1 masks; nats).
+                             online_mask: torch.Tensor, online_weight: float | torch.Tensor = 1.0) -> torch.Tensor:
+    """Mean entropy over all tokens minus ``online_weight`` times the mean over on-policy tokens (``[B, T]`` inputs,
+    0/1 masks; nats).
 
     TRL's entropy bonus ``-coef * mean(H)`` averages over the tokens of its objective (with ``top_entropy_quantile <
     1``, its high-entropy ones), which excludes the offline rows; subtracting ``coef *`` this difference turns it
     into the mean over every token of the hybrid group (its high-entropy tokens: pass the masks of
-    :func:`high_entropy_terms`). Empty masks count as one token (no division by zero).
+    :func:`high_entropy_terms`). ``online_weight``: the factor TRL's loss was multiplied by (``LossCall.
+    objective_share``), which scaled its bonus too. Empty masks count as one token (no division by zero).
     """
     mean_all = (entropies * all_mask).sum() / all_mask.sum().clamp(min=1.0)
     mean_online = (entropies * online_mask).sum() / online_mask.sum().clamp(min=1.0)
-    return mean_all - mean_online
+    return mean_all - online_weight * mean_online
 
 
 def high_entropy_terms(shaping_loss: torch.Tensor, all_mask: torch.Tensor, online_mask: torch.Tensor,
