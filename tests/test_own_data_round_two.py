@@ -1,0 +1,182 @@
+"""Own data, round two (issue 46): unreadable golds refused at load, the nothing-learned watch on rows without a
+reward, the readiness verdict, teacher solutions graded at load, the busy output folder refused early, where the
+evaluation of your data comes from, and the runs that train nothing."""
+
+import json
+import logging
+import pathlib
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_explore.readiness import (
+    NothingLearnedWatch,
+    nothing_learned_signals,
+    readiness_advice,
+    readiness_figures,
+    readiness_lines,
+    readiness_verdict,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _file(tmp_path, rows, name="mine.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _rows(n=4, **extra):
+    return [{"prompt": f"What is {i} + 2?", "answer": str(i + 2), "problem_id": f"p{i:02d}", **extra}
+            for i in range(n)]
+
+
+# ---------------------------------------------------------------- 1. unreadable golds, the watch without a reward
+def test_a_gold_in_words_is_refused_at_load_naming_the_rows(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(4)
+    rows[0]["answer"], rows[2]["answer"] = "seven", "nine"
+    path = _file(tmp_path, rows)
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=path), 64, offline=False)
+    message = str(err.value)
+    assert message.startswith(f"dataset {path!r}: the grader cannot read the gold answer of 2 of 4 rows (rows 0 (id "
+                              f"'p00'), 2 (id 'p02'): 'seven', 'nine'), so they would never be scored; write each "
+                              f"gold as a number or maths")
+    assert "--gold_normalizer" in message and "\n" not in message
+    rows[0]["answer"], rows[2]["answer"] = "7", "x=6"  # numbers and maths load
+    assert len(load_training_data(DataArguments(dataset_name=_file(tmp_path, rows, "ok.jsonl")), 64,
+                                  offline=False)) == 4
+
+
+def test_the_watch_never_crashes_on_metrics_logged_as_none(caplog):
+    logs = {"completions/clipped_ratio": None, "frac_reward_zero_std": float("nan"), "rewards/oger_reward/mean": 0.0}
+    assert nothing_learned_signals(logs) == {"no_oger_reward": True}  # before: TypeError from float(None)
+    watch = NothingLearnedWatch(patience=1)
+    state = SimpleNamespace(global_step=1, is_world_process_zero=True)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.readiness"):
+        watch.on_log(None, state, None, logs={"frac_reward_zero_std": None, "loss": 0.1})
+    assert watch.streaks == {} and not caplog.records
+
+
+# ---------------------------------------------------------------- 2. the readiness verdict
+def _figures(pass_rate_rows, cut):
+    correct = torch.tensor(pass_rate_rows, dtype=torch.bool)
+    truncated = torch.zeros_like(correct)
+    truncated.view(-1)[: round(cut * correct.numel())] = True
+    return readiness_figures(correct, truncated, torch.full(correct.shape, 50))
+
+
+def test_the_issues_figures_read_barely_with_the_reason_and_the_fix():
+    # 8 prompts x 4: 1 correct completion in 32 (pass 0.03), 1 mixed group (0.12), 27 of 32 cut off (0.84)
+    rows = [[True, False, False, False]] + [[False] * 4] * 7
+    figures = _figures(rows, 27 / 32)
+    verdict, reasons = readiness_verdict(figures)
+    assert verdict == "barely"  # before: "the run can learn"
+    assert reasons == ["84% of the completions were cut off at the cap (most answers lost)",
+                       "correct answers are rare (pass rate 0.03 < 0.1)",
+                       "few groups mix right and wrong answers (0.12 < 0.25), the only groups GRPO learns from"]
+    lines = readiness_lines(figures, readiness_advice(figures, 96))
+    assert lines[1].startswith("verdict: the run barely learns: 84% of the completions were cut off")
+    assert lines[2].startswith("WARNING: 84% of the completions were cut off at max_completion_length=96 tokens")
+    assert lines[3].startswith("WARNING: correct answers are rare (pass rate 0.03, mixed groups 0.12)")
+    assert "pick easier problems" in lines[3] and "teacher rows" in lines[3]
+
+
+def test_the_verdict_thresholds():
+    half = [[True, False, True, False]] * 4  # pass 0.5, all mixed
+    assert readiness_verdict(_figures(half, 0.0)) == ("can learn", [])
+    assert readiness_verdict(_figures(half, 0.5))[0] == "barely"  # half cut off: most answers lost
+    assert readiness_verdict(_figures(half, 15 / 16))[0] == "cannot learn"  # 94% cut off
+    assert readiness_verdict(_figures([[False] * 4] * 4, 0.0)) == ("cannot learn", ["no completion was correct"])
+    assert readiness_lines(_figures(half, 0.0), [])[1] == ("verdict: the run can learn (4 of 4 groups mix right "
+                                                           "and wrong answers)")
+
+
+# ---------------------------------------------------------------- 3. teacher solutions graded where they are used
+def test_a_wrong_teacher_solution_is_named_at_load_and_an_empty_list_is_named(tmp_path, caplog):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(4, offline_completions=[], offline_teachers=[])
+    for i, row in enumerate(rows):
+        row["offline_completions"] = [f"\\boxed{{{i + 2}}}"]
+        row["offline_teachers"] = ["good"]
+    rows[1]["offline_completions"].append("\\boxed{99}")
+    rows[1]["offline_teachers"].append("bad")
+    rows[3]["offline_completions"], rows[3]["offline_teachers"] = [], []
+    path = _file(tmp_path, rows)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.data.training_data"):
+        dataset = load_training_data(DataArguments(dataset_name=path, min_offline_completions=1), 64)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"dataset {path!r}: 1 of 4 teacher solutions are graded wrong against their gold: "
+                                  "row 1 (id 'p01') solution 1 of teacher 'bad'.")
+    assert messages[1].startswith("dropped row 3 (id 'p03'): fewer than min_offline_completions=1 teacher solutions "
+                                  "(an empty list is no teacher")
+    assert dataset["problem_id"] == ["p00", "p01", "p02"]
+
+
+# ---------------------------------------------------------------- 4. where the evaluation of your data comes from
+def test_own_data_without_an_evaluation_split_says_where_its_evaluation_comes_from():
+    from trl_explore.cli import eval_source_note
+    from trl_explore.evaluation.heldout import HeldoutEvalArguments
+
+    on = HeldoutEvalArguments(eval_heldout=True)
+    assert eval_source_note("mine.jsonl", False, on, False) == (
+        "your data has no evaluation split: the held-out evaluation runs on the built-in ladder set's test split, not "
+        "on your problems (--eval_fraction 0.1 holds out 10% of your problems instead; --eval_heldout false evaluates "
+        "nothing)")
+    off = HeldoutEvalArguments(eval_heldout=False)
+    assert eval_source_note("mine.jsonl", False, off, False) == (
+        "your data has no evaluation split: nothing is evaluated (--eval_fraction 0.1 holds out 10% of your problems "
+        "instead)")
+    assert eval_source_note("mine.jsonl", True, on, True) is None and eval_source_note("ladder", False, on, True) is None
+
+
+# ---------------------------------------------------------------- 6. the busy output folder
+def test_a_busy_output_folder_is_refused_early_writing_nothing(tmp_path):
+    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
+    from trl_explore.cli import user_error_types
+
+    check_output_dir_free(str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()  # a free folder: nothing created
+    busy = tmp_path / "busy"
+    lock = OutputDirLock(str(busy))
+    lock.acquire()
+    try:
+        before = {p: p.stat().st_mtime_ns for p in busy.rglob("*")}
+        with pytest.raises(OutputDirInUse, match=re.escape(f"output_dir {busy} is in use by another run (pid ")):
+            check_output_dir_free(str(busy))
+        assert {p: p.stat().st_mtime_ns for p in busy.rglob("*")} == before  # nothing written
+    finally:
+        lock.release()
+    check_output_dir_free(str(busy))  # free again
+    assert OutputDirInUse in user_error_types()  # the scripts print it as one line
+
+
+# ---------------------------------------------------------------- 2. runs that train nothing
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, last", [(["--readiness_only"], "[t] --readiness_only: stopped after the check; "
+                                          "nothing trained, nothing saved"),
+                                         (["--max_steps", "0"], "[t] --max_steps 0: nothing trained, nothing saved")])
+def test_runs_that_train_nothing_save_nothing(tmp_path, tiny_model_dir, capsys, monkeypatch, flags, last):
+    from trl_explore import OGERConfig, OGERTrainer
+    from trl_explore.cli import run_training
+
+    monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "8",
+            "--ladder_levels", "one_digit", "--max_train_samples", "8", "--use_cpu", "true", "--eval_heldout",
+            "false", "--readiness_prompts", "1", "--embedding_model", "embedded", *flags]
+    trainer = run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t",
+                           argv=argv)
+    printed = capsys.readouterr().out
+    assert printed.strip().splitlines()[-1] == last
+    assert "[t] readiness check (1 training prompts x 4 completions" in printed
+    assert trainer.state.global_step == 0 and not out.exists()
