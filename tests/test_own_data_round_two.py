@@ -171,7 +171,7 @@ def test_runs_that_train_nothing_save_nothing(tmp_path, tiny_model_dir, capsys, 
     monkeypatch.setenv("TRL_EXPLORE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
-            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "8",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "24",
             "--ladder_levels", "one_digit", "--max_train_samples", "8", "--use_cpu", "true", "--eval_heldout",
             "false", "--readiness_prompts", "1", "--embedding_model", "embedded", *flags]
     trainer = run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t",

@@ -15,6 +15,7 @@ key names the closest valid ones (:class:`ScriptParser`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import difflib
@@ -167,6 +168,10 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
                 parser._optionals._group_actions.remove(action)
                 group._group_actions.append(action)
         groups.append(group)
+    for action in parser._actions:  # HfArgumentParser's --no_X repeats --X's help: one line instead
+        negated = [o for o in action.option_strings if o == f"--no_{action.dest}"]
+        if negated:
+            action.help = f"same as --{action.dest} false%(default).0s"  # %(default).0s: no "(default: ...)" added
     parser._optionals.title = "TRL GRPOConfig, Transformers TrainingArguments and other options"
     rest = [g for g in parser._action_groups if g not in groups]
     parser._action_groups[:] = rest[:1] + groups + rest[1:]  # positionals, the methods' options, then the others
@@ -233,14 +238,38 @@ def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = Fa
     keep = set(COMMON_OPTIONS) | set(values) | package_fields(parser.dataclass_types)
     hidden = [a for a in trl_group._group_actions if a.dest not in keep and a.dest != "help"]
     trl_group._group_actions[:] = [a for a in trl_group._group_actions if a not in hidden]
-    for action in parser._actions:  # short: no --dash-spelled aliases; TRL's help texts cut to their first sentence
+    for action in parser._actions:  # short: no --dash-spelled aliases; each help text's first sentence, whole
         action.option_strings = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
-        if action in trl_group._group_actions and action.help:
-            first = action.help.split(". ")[0].rstrip(".")
-            action.help = first if len(first) <= 160 else first[:157] + "..."
-    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets ({len(hidden)} more: "
-                       f"--help_all)")
+        if action.help and action.help is not argparse.SUPPRESS:  # the whole text: --help_all
+            action.help = first_sentence(action.help)
+    listed = [a for a in trl_group._group_actions if a.dest != "help"]  # one compact paragraph: name and value
+    trl_group.description = " ".join(f"{a.option_strings[0]}={a.default}" for a in listed
+                                     if a.option_strings and not a.option_strings[0].startswith("--no_"))
+    trl_group._group_actions[:] = [a for a in trl_group._group_actions if a.dest == "help"]
+    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets, with their values (these "
+                       f"{len(listed)} with their help, and {len(hidden)} more: --help_all)")
     return head + "\n\n" + parser.format_help()
+
+
+_ABBREVIATIONS = ("App", "Eq", "Eqs", "Sec", "Fig", "Tab", "e.g", "i.e", "vs", "etc", "cf", "approx", "resp", "No")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text, whole (never cut mid-sentence): up to the first ". " that follows no
+    abbreviation (``App.``, ``e.g.``, ``Eq.``, ...; :data:`_ABBREVIATIONS`) nor a single letter and is inside no
+    brackets, without its final full stop."""
+    import re
+
+    for match in re.finditer(r"\.\s+(?=\S)", text):
+        word = re.search(r"([\w.]+)$", text[:match.start()])
+        word = word.group(1) if word else ""
+        head = text[:match.start()]
+        if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or (len(word) == 3 and word[1] == "."):
+            continue
+        if head.count("(") > head.count(")") or head.count("[") > head.count("]"):  # inside brackets
+            continue
+        return text[:match.start()]
+    return text.rstrip().rstrip(".")
 
 
 def package_fields(dataclass_types) -> set[str]:
