@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from datasets import Dataset
 
 from trl_explore.readiness import (
     NothingLearnedWatch,
@@ -135,7 +134,8 @@ def test_own_data_without_an_evaluation_split_says_where_its_evaluation_comes_fr
     assert eval_source_note("mine.jsonl", False, off, False) == (
         "your data has no evaluation split: nothing is evaluated (--eval_fraction 0.1 holds out 10% of your problems "
         "instead)")
-    assert eval_source_note("mine.jsonl", True, on, True) is None and eval_source_note("ladder", False, on, True) is None
+    assert eval_source_note("mine.jsonl", True, on, True) is None
+    assert eval_source_note("ladder", False, on, True) is None
 
 
 # ---------------------------------------------------------------- 6. the busy output folder
@@ -180,3 +180,19 @@ def test_runs_that_train_nothing_save_nothing(tmp_path, tiny_model_dir, capsys, 
     assert printed.strip().splitlines()[-1] == last
     assert "[t] readiness check (1 training prompts x 4 completions" in printed
     assert trainer.state.global_step == 0 and not out.exists()
+
+
+# ---------------------------------------------------------------- 7. the small messages
+def test_the_rename_hint_for_a_data_file_never_says_load_from_disk(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+    from trl_explore.evaluation.own_data import load_own_rows
+
+    path = _file(tmp_path, [{"prompt": "What is 1 + 1?", "solution": "2"}])
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=path), 64, offline=False)
+    assert "load_from_disk" not in str(err.value)
+    assert (f"pass the new file, e.g. load_dataset('json', data_files={path!r}, split='train').rename_columns("
+            "{'solution': 'answer'}).to_json('my-data.jsonl')") in str(err.value)
+    with pytest.raises(ValueError) as err:  # examples/evaluate.py --dataset_name, --eval_dataset_name
+        load_own_rows(path)
+    assert "load_from_disk" not in str(err.value) and ".to_json('my-data.jsonl')" in str(err.value)

@@ -97,6 +97,20 @@ def _reload_call(dataset_name: str) -> str:
     return f"load_dataset({dataset_name!r}, split='train')"
 
 
+def rename_hint(dataset_name: str, renames: str) -> str:
+    """How to rename columns of ``dataset_name`` and save it in the same kind: a data file is read with its builder
+    and written back as a JSON-lines file (never ``load_from_disk``, which reads only a ``save_to_disk`` folder), a
+    folder or a Hub set is saved as a folder. ``renames``: the inside of the ``{...}`` of ``rename_columns``."""
+    import os
+
+    from trl_explore.data.loading import DATA_FILE_TYPES
+
+    call = f"{_reload_call(dataset_name)}.rename_columns({{{renames}}})"
+    if dataset_name.rsplit(".", 1)[-1] in DATA_FILE_TYPES and not os.path.isdir(os.path.expanduser(dataset_name)):
+        return f"the new file, e.g. {call}.to_json('my-data.jsonl')"
+    return f"the saved folder, e.g. {call}.save_to_disk('my-data')"
+
+
 def check_script_columns(dataset, dataset_name: str, required) -> None:
     """Refuse, when the data is loaded, a data set without the columns a training script reads by name (``prompt``,
     ``answer``; the scripts have no option that renames them), and a row whose gold ``answer`` is empty.
@@ -123,8 +137,7 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
         raise ValueError(
             f"dataset {dataset_name!r} has no column {' or '.join(repr(c) for c in missing)} ({what}); its columns: "
             f"{columns}; required: {', '.join(required)}. The scripts read these columns by name: rename yours with "
-            f"datasets and pass the saved folder, e.g. {_reload_call(dataset_name)}.rename_columns({{{example}}})"
-            f".save_to_disk('my-data') (docs/own-data.md)"
+            f"datasets and pass {rename_hint(dataset_name, example)} (docs/own-data.md)"
         )
     if "answer" in required:
         index = empty_value_index(dataset["answer"])
@@ -259,10 +272,12 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     if offline and dataset.column_names is not None and offline_column not in dataset.column_names:
         other = (", or train without teachers with ASE-GRPO (examples/train_ase_grpo.py), which needs none"
                  if teacher_use == "OGER" else "")
+        what = ("a list of teacher solutions per row; an empty list means no teacher, which "
+                "--min_offline_completions 0 keeps" if teacher_use == "OGER" else
+                "a list of teacher solutions per row, the targets SFT trains on")
         raise ValueError(
             f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where {teacher_use} reads each "
-            f"prompt's teacher solutions; its columns: {dataset.column_names}. Add the column (a list of teacher "
-            f"solutions per row; an empty list means no teacher, which --min_offline_completions 0 keeps) or name "
+            f"prompt's teacher solutions; its columns: {dataset.column_names}. Add the column ({what}) or name "
             f"the column yours is in with --offline_completions_column{other}"
         )
     if "problem_id" not in dataset.column_names:
