@@ -196,3 +196,69 @@ def test_the_rename_hint_for_a_data_file_never_says_load_from_disk(tmp_path):
     with pytest.raises(ValueError) as err:  # examples/evaluate.py --dataset_name, --eval_dataset_name
         load_own_rows(path)
     assert "load_from_disk" not in str(err.value) and ".to_json('my-data.jsonl')" in str(err.value)
+
+
+# ---------------------------------------------------------------- 5. evaluation that does not mislead
+def _heldout(n, cut, rate):
+    from trl_explore.evaluation.heldout import HeldoutResult
+
+    correct = tuple((i < rate * n, False) for i in range(n))
+    return HeldoutResult("own", "test", None, tuple(f"p{i}" for i in range(n)), 1.0, correct,
+                         tuple(("1", "2") for _ in range(n)), mean_num_tokens=30.0, truncated_fraction=cut)
+
+
+def test_an_interval_only_with_enough_problems_and_the_cut_off_share_with_a_warning():
+    from trl_explore.evaluation.heldout import compare_heldout, heldout_table
+
+    before, after = _heldout(4, 0.94, 0.25), _heldout(4, 0.10, 0.75)
+    lines = heldout_table(before, after, compare_heldout(before, after, num_resamples=200))
+    assert lines[1].endswith("change (too few problems for an interval: 4 < 10)")
+    assert not any("[" in line for line in lines[2:])  # no interval printed for 4 problems
+    assert any(re.fullmatch(r"cut off at the token cap +0\.940 +0\.100 +-0\.840", line) for line in lines)
+    assert lines[-1].startswith("WARNING: 94% of the samples were cut off at the token cap")
+    before, after = _heldout(12, 0.0, 0.25), _heldout(12, 0.0, 0.75)
+    lines = heldout_table(before, after, compare_heldout(before, after, num_resamples=200))
+    assert lines[1].endswith("change [95% paired bootstrap interval]") and not lines[-1].startswith("WARNING")
+
+
+def test_a_cut_off_answer_is_graded_as_training_grades_it():
+    from trl_explore.rewards.benchmark_grading import grade_completion
+
+    prose = "Let me count the apples one by one: 3, then 4, then 7"  # cut off mid-sentence at the cap
+    assert grade_completion(prose, "7", "math")[1] is True  # ending unknown: Math-Verify reads the last number
+    assert grade_completion(prose, "7", "math", terminated=False)[1] is False  # the training reward's verdict
+    assert grade_completion(prose + " so \\boxed{7}", "7", "math", terminated=False)[1] is True  # boxed counts
+
+
+def test_the_evaluation_names_the_cut_off_share_and_follows_the_label(tmp_path):
+    from trl_explore.evaluation.results import load_summary, save_run
+
+    def summary(model, cut):
+        return {"model": model, "layout": "ase", "benchmarks": {"own": {
+            "title": "Your data", "mean": 0.1, "pass_at_n": 0.2, "num_samples": 2, "truncated_fraction": cut}}}
+
+    save_run(tmp_path / "base", [], summary("embedded", 0.94), label="base")
+    base = load_summary(tmp_path / "base")
+    assert base["label"] == "base"
+    text = (tmp_path / "base" / "results.md").read_text()
+    assert ("WARNING: base, Your data: 94% of the samples cut off at the token cap (graded as in training: a cut-off "
+            "answer counts only when boxed or after an answer phrase); most answers were lost") in text
+    save_run(tmp_path / "trained", [], summary("outputs/run", 0.1), label="trained", baseline=base)
+    text = (tmp_path / "trained" / "results.md").read_text()
+    assert "| base (baseline) |" in text and "embedded (baseline)" not in text
+    assert "trained, Your data: 10% of the samples cut off" in text
+
+
+def test_colours_follow_the_runs_across_overlaid_plots(tmp_path):
+    from trl_explore.evaluation.plots import label_colors, plot_pass_at_k
+
+    alone = label_colors(["base"])[0]
+    assert label_colors(["base (baseline)", "trained"])[0] == alone  # before: C0 alone, then C0 / C1 by position
+    assert label_colors(["trained"]) == label_colors(["base (baseline)", "trained"])[1:]
+    assert len(set(label_colors([f"run{i}" for i in range(10)]))) == 10  # distinct within one plot
+    entry = {"title": "Your data", "pass_at_k": {"1": 0.1, "2": 0.2}}
+    fig = plot_pass_at_k({"base (baseline)": {"benchmarks": {"own": entry}},
+                          "trained": {"benchmarks": {"own": entry}}}, tmp_path / "p.png")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["base (baseline)", "trained"]
+    assert [line.get_color() for line in fig.axes[0].lines] == label_colors(["base (baseline)", "trained"])

@@ -371,6 +371,13 @@ def compare_heldout(before: HeldoutResult, after: HeldoutResult, num_resamples: 
             pairs.items()}
 
 
+MIN_PROBLEMS_FOR_INTERVAL = 10
+"""Fewer held-out problems than this get no bootstrap interval (issue 46: intervals were printed for 4): a
+percentile bootstrap over ``P`` problems draws from at most ``P`` distinct values per resample and is known to be too
+narrow for small samples (Efron & Tibshirani 1993, ch. 13), so with a handful of problems it claims a certainty the
+data does not hold. The change is still printed, with "too few problems for an interval"."""
+
+
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -407,8 +414,14 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         ("pairwise answer disagreement", lambda r: r.answer_disagreement, None),
         ("mean completion tokens", lambda r: r.mean_num_tokens, None),
     ]
+    rows.append(("cut off at the token cap", lambda r: r.truncated_fraction, None))
+    if comparison and before.num_problems < MIN_PROBLEMS_FOR_INTERVAL:  # the change alone, said why
+        comparison = None
+        interval = f"change (too few problems for an interval: {before.num_problems} < {MIN_PROBLEMS_FOR_INTERVAL})"
+    else:
+        interval = "change [95% paired bootstrap interval]"
     width = max(len(name) for name, _, _ in rows)
-    columns = "" if after is None else f"  {'after':>7}  change [95% paired bootstrap interval]"  # alone: before
+    columns = "" if after is None else f"  {'after':>7}  {interval}"  # alone: before
     lines = [head, f"{'':<{width}}  {'before':>7}{columns}"]
     for name, read, key in rows:
         if name == "greedy accuracy" and before.greedy_correct is None:
@@ -422,6 +435,14 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         else:
             line = f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}"
         lines.append(line.rstrip())
+    cut = max((r.truncated_fraction for r in (before, after) if r is not None
+               and r.truncated_fraction == r.truncated_fraction), default=0.0)  # NaN: not measured
+    from trl_explore.evaluation.results import CUT_OFF_WARNING_FRACTION
+
+    if cut >= CUT_OFF_WARNING_FRACTION:
+        lines.append(f"WARNING: {100 * cut:.0f}% of the samples were cut off at the token cap "
+                     f"(--eval_max_new_tokens): most answers were lost; a cut-off answer counts only when boxed or "
+                     f"after an answer phrase, as in training")
     return lines
 
 
