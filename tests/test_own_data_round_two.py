@@ -262,3 +262,19 @@ def test_colours_follow_the_runs_across_overlaid_plots(tmp_path):
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["base (baseline)", "trained"]
     assert [line.get_color() for line in fig.axes[0].lines] == label_colors(["base (baseline)", "trained"])
+
+
+def test_the_builder_names_each_dropped_solution_and_each_problem_left_without_one():
+    from trl_explore.data import build_offline_dataset, teacher_column_records
+
+    table = [{"problem": "What is 7 * 8?", "answer": "56", "terse": "7 * 8 = 56. \\boxed{56}",
+              "wrong": "7 * 8 = 54. \\boxed{54}", "long": "Let us count. " * 40 + "\\boxed{56}"},
+             {"problem": "What is 2 + 2?", "answer": "4", "terse": "2 + 2 = 5. \\boxed{5}", "wrong": "\\boxed{3}",
+              "long": "\\boxed{1}"}]
+    _, report = build_offline_dataset(teacher_column_records(table, ["terse", "wrong", "long"]), max_length=63,
+                                      test_fraction=0.0, show_progress=False)
+    text = report.markdown()
+    assert "Dropped teacher solutions (5):\n- problem 'row-0', teacher 'wrong': graded wrong against the gold" in text
+    assert "- problem 'row-0', teacher 'long': longer than max_length=63 tokens (" in text
+    assert "- problem 'row-1', teacher 'terse': graded wrong against the gold" in text
+    assert "Problems left without a teacher solution (1; kept with an empty list" in text and "'row-1'" in text

@@ -492,13 +492,15 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
     return result
 
 
-def format_change_line(training: tuple, neutral: tuple, k: int) -> str:
+def format_change_line(training: tuple, neutral: tuple, k: int, num_problems: int | None = None) -> str:
     """One line that sets the mean@k change of the two prompt formats side by side and says whether each 95%
     interval excludes zero.
 
     Args:
         training, neutral: ``(difference, low, high)`` of :func:`compare_heldout`'s ``"mean"`` in each format.
         k: the number of samples (for the name mean@k).
+        num_problems: how many problems the changes are over; below :data:`MIN_PROBLEMS_FOR_INTERVAL` the changes
+            are shown without their intervals (default None: not checked).
 
     Returns:
         e.g. ``"mean@4 change, training format +0.113 [+0.062, +0.168] (interval clear of 0); neutral format +0.036
@@ -509,6 +511,9 @@ def format_change_line(training: tuple, neutral: tuple, k: int) -> str:
         _, low, high = entry
         return "interval includes 0" if low <= 0.0 <= high else "interval clear of 0"
 
+    if num_problems is not None and num_problems < MIN_PROBLEMS_FOR_INTERVAL:
+        return (f"mean@{k} change, training format {training[0]:+.3f}; neutral format {neutral[0]:+.3f} (too few "
+                f"problems for an interval: {num_problems} < {MIN_PROBLEMS_FOR_INTERVAL})")
     return (f"mean@{k} change, training format {_change(training)} ({reading(training)}); neutral format "
             f"{_change(neutral)} ({reading(neutral)})")
 
