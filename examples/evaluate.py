@@ -177,7 +177,8 @@ def main(args: EvalArguments) -> dict:
     summary["model"] = model
     baseline = results.load_summary(args.baseline_dir) if args.baseline_dir else None
     results.save_run(out, records, summary, label=label, baseline=baseline)
-    curves = {label: summary} if baseline is None else {f"{baseline['model']} (baseline)": baseline, label: summary}
+    curves = ({label: summary} if baseline is None
+              else {f"{results.run_label(baseline)} (baseline)": baseline, label: summary})  # --label in the legend
     plot_pass_at_k(curves, out / "pass_at_k.png")
     print((out / results.RESULTS_MD).read_text())
 

@@ -109,7 +109,8 @@ def test_table_shows_before_after_and_the_interval():
     text = "\n".join(lines)
     assert "2 problems (one_digit), k = 2 samples at T = 1 + 1 greedy" in lines[0]
     mean_line = next(line for line in lines if line.startswith("mean@2"))
-    assert "0.250" in mean_line and "1.000" in mean_line and "+0.750 [" in mean_line
+    assert "0.250" in mean_line and "1.000" in mean_line and mean_line.endswith("+0.750")  # 2 problems: no interval
+    assert lines[1].endswith("change (too few problems for an interval: 2 < 10)")
     assert "greedy accuracy" in text and "pairwise answer disagreement" in text
     alone = heldout_table(before)
     assert len(alone) == len(lines) and "+" not in alone[2]
@@ -127,6 +128,8 @@ def test_format_change_line_reads_each_interval():
     assert line == ("mean@4 change, training format +0.113 [+0.062, +0.168] (interval clear of 0); neutral format "
                     "+0.036 [-0.010, +0.080] (interval includes 0)")
     assert format_change_line((-0.1, -0.2, -0.05), (0.0, 0.0, 0.0), 2).count("interval clear of 0") == 1
+    assert format_change_line((0.113, 0.062, 0.168), (0.036, -0.01, 0.08), 4, num_problems=4) == (
+        "mean@4 change, training format +0.113; neutral format +0.036 (too few problems for an interval: 4 < 10)")
 
 
 def test_save_heldout_puts_each_labels_neutral_evaluation_under_it(tmp_path):
@@ -296,6 +299,6 @@ def test_evaluator_asks_both_formats_and_prints_a_table_for_each(tiny_model, smo
     assert tables[:-1] == [*heldout_table(before, after_t, compare_heldout(before, after_t)),
                            *heldout_table(neutral, after_n, compare_heldout(neutral, after_n))]
     assert tables[-1] == format_change_line(compare_heldout(before, after_t)["mean"],
-                                            compare_heldout(neutral, after_n)["mean"], 2)
+                                            compare_heldout(neutral, after_n)["mean"], 2, before.num_problems)
     champ = HeldoutEvaluator(trainer, HeldoutEvalArguments(eval_heldout=True, eval_benchmark="champ"))
     assert champ.formats == ("training",)

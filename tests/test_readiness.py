@@ -39,7 +39,7 @@ def test_figures_on_hand_made_groups():
     assert readiness_lines(figures, [], 2.4) == [
         "readiness check (3 training prompts x 4 completions in 2 s): pass rate 0.50, mixed groups 0.33 (all right "
         "0.33, all wrong 0.33), cut off at the cap 0.33, mean length 39 tokens",
-        "the run can learn: some groups mix right and wrong answers"]
+        "verdict: the run can learn (1 of 3 groups mix right and wrong answers)"]
 
 
 def test_a_run_that_cannot_learn_gets_each_warning_with_its_fix():
@@ -57,7 +57,7 @@ def test_a_run_that_cannot_learn_gets_each_warning_with_its_fix():
     split = readiness_figures(torch.tensor([[T, T], [F, F]]), torch.zeros(2, 2, dtype=torch.bool),
                               torch.full((2, 2), 10))
     assert readiness_advice(split, 96)[0].startswith("no group mixes correct and wrong completions")
-    assert readiness_lines(split, ["x"])[1] == "WARNING: x"
+    assert readiness_lines(split, ["x"])[2] == "WARNING: x"
 
 
 def test_figures_refuse_mismatched_shapes():

@@ -228,3 +228,30 @@ def test_full_help_lists_every_option_and_another_recipe_applies(tmp_path):
     assert text.startswith(f"Recipe: {recipe}") and "--adam_beta1" in text
     generations = " ".join(text.split()).split("--num-generations NUM_GENERATIONS")[1].split(" --")[0]
     assert "(default: 8)" in generations
+
+
+@pytest.mark.parametrize("script", ["train_oger", "train_ase_grpo", "train_exgrpo", "train_oger_ase", "train_sft"])
+def test_short_help_fits_300_lines_cuts_no_sentence_and_gives_no_x_one_line(script):
+    """Issue 46: `--help` was 337 lines, cut `--entropy_coef`'s help mid-sentence ("OGER App") and repeated each
+    `--X` description under its `--no_X`."""
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / f"{script}.py"), "--help"], capture_output=True,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"})
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and len(lines) <= 300, len(lines)
+    text = " ".join(result.stdout.split())
+    no_x = re.findall(r"--no_(\w+)", text)
+    assert no_x and all(f"--no_{name} same as --{name} false" in text for name in no_x)  # no repeated description
+    if script in ("train_oger", "train_oger_ase"):
+        assert "--entropy_coef=0.01" in result.stdout  # listed with its value; its help in --help_all, whole
+    assert "(OGER App (" not in result.stdout
+
+
+def test_first_sentence_keeps_abbreviations_whole():
+    from trl_explore.cli import first_sentence
+
+    assert first_sentence("Entropy bonus coefficient (OGER App. B: 0.01).") == ("Entropy bonus coefficient (OGER "
+                                                                                "App. B: 0.01)")
+    assert first_sentence("Use e.g. 4. Then more.") == "Use e.g. 4"
+    assert first_sentence("One. Two.") == "One"
+    assert first_sentence("Ask (as in 'Compute 3 + 4. Put it.') twice. Then.") == "Ask (as in 'Compute 3 + 4. Put " \
+                                                                             "it.') twice"

@@ -554,6 +554,36 @@ class OutputDirLock:
         return self._fd is not None
 
 
+def check_output_dir_free(folder: str) -> None:
+    """Refuse early, before any model or data loads, an ``output_dir`` whose lock another run holds
+    (:class:`OutputDirLock`), writing nothing: no folder is created, no file written, the lock is only tried and let
+    go. The run takes the lock itself when it trains (a run that starts in between is still refused there).
+
+    Raises:
+        OutputDirInUse: as :meth:`OutputDirLock.acquire` (names the folder and the holder's pid, host and command).
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return
+    path = os.path.join(folder, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file: no run of this package has used the folder
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return
+        raise OutputDirInUse(
+            f"output_dir {folder} is in use by another run ({_read_holder(fd)}): two runs writing one folder "
+            "overwrite each other's checkpoints. Wait for it to end, stop it, or give this run another "
+            "output_dir") from None
+    finally:
+        os.close(fd)  # closing drops the lock this call may have taken
+
+
 def _command_line() -> list[str]:
     import sys
 

@@ -15,6 +15,7 @@ key names the closest valid ones (:class:`ScriptParser`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import difflib
@@ -91,10 +92,11 @@ def take_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
 
 def user_error_types() -> tuple[type[Exception], ...]:
     """The exceptions :func:`user_errors` prints as one line: bad values and options (ValueError, TypeError,
-    KeyError), missing files, unsupported settings, Hub access."""
+    KeyError), missing files, unsupported settings, Hub access, an output folder another run holds."""
+    from trl_explore.checkpoints import OutputDirInUse
     from trl_explore.hub import HubAccessError
 
-    return ValueError, TypeError, KeyError, FileNotFoundError, NotImplementedError, HubAccessError
+    return ValueError, TypeError, KeyError, FileNotFoundError, NotImplementedError, HubAccessError, OutputDirInUse
 
 
 def one_line(error: BaseException) -> str:
@@ -166,6 +168,10 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
                 parser._optionals._group_actions.remove(action)
                 group._group_actions.append(action)
         groups.append(group)
+    for action in parser._actions:  # HfArgumentParser's --no_X repeats --X's help: one line instead
+        negated = [o for o in action.option_strings if o == f"--no_{action.dest}"]
+        if negated:
+            action.help = f"same as --{action.dest} false%(default).0s"  # %(default).0s: no "(default: ...)" added
     parser._optionals.title = "TRL GRPOConfig, Transformers TrainingArguments and other options"
     rest = [g for g in parser._action_groups if g not in groups]
     parser._action_groups[:] = rest[:1] + groups + rest[1:]  # positionals, the methods' options, then the others
@@ -232,14 +238,38 @@ def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = Fa
     keep = set(COMMON_OPTIONS) | set(values) | package_fields(parser.dataclass_types)
     hidden = [a for a in trl_group._group_actions if a.dest not in keep and a.dest != "help"]
     trl_group._group_actions[:] = [a for a in trl_group._group_actions if a not in hidden]
-    for action in parser._actions:  # short: no --dash-spelled aliases; TRL's help texts cut to their first sentence
+    for action in parser._actions:  # short: no --dash-spelled aliases; each help text's first sentence, whole
         action.option_strings = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
-        if action in trl_group._group_actions and action.help:
-            first = action.help.split(". ")[0].rstrip(".")
-            action.help = first if len(first) <= 160 else first[:157] + "..."
-    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets ({len(hidden)} more: "
-                       f"--help_all)")
+        if action.help and action.help is not argparse.SUPPRESS:  # the whole text: --help_all
+            action.help = first_sentence(action.help)
+    listed = [a for a in trl_group._group_actions if a.dest != "help"]  # one compact paragraph: name and value
+    trl_group.description = " ".join(f"{a.option_strings[0]}={a.default}" for a in listed
+                                     if a.option_strings and not a.option_strings[0].startswith("--no_"))
+    trl_group._group_actions[:] = [a for a in trl_group._group_actions if a.dest == "help"]
+    trl_group.title = (f"Common TRL / Transformers options and those the recipe sets, with their values (these "
+                       f"{len(listed)} with their help, and {len(hidden)} more: --help_all)")
     return head + "\n\n" + parser.format_help()
+
+
+_ABBREVIATIONS = ("App", "Eq", "Eqs", "Sec", "Fig", "Tab", "e.g", "i.e", "vs", "etc", "cf", "approx", "resp", "No")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text, whole (never cut mid-sentence): up to the first ". " that follows no
+    abbreviation (``App.``, ``e.g.``, ``Eq.``, ...; :data:`_ABBREVIATIONS`) nor a single letter and is inside no
+    brackets, without its final full stop."""
+    import re
+
+    for match in re.finditer(r"\.\s+(?=\S)", text):
+        word = re.search(r"([\w.]+)$", text[:match.start()])
+        word = word.group(1) if word else ""
+        head = text[:match.start()]
+        if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or (len(word) == 3 and word[1] == "."):
+            continue
+        if head.count("(") > head.count(")") or head.count("[") > head.count("]"):  # inside brackets
+            continue
+        return text[:match.start()]
+    return text.rstrip().rstrip(".")
 
 
 def package_fields(dataclass_types) -> set[str]:
@@ -347,6 +377,42 @@ def run_training(trainer_cls, config_cls, recipe, tag: str, script_cls=None, arg
                       script_cls=script_cls, argv=argv, after_train=after_train)
 
 
+def remove_empty_output(output_dir: str, existed: bool) -> None:
+    """After a run that trained nothing: remove the empty ``completions/`` folder TRL's trainer creates when built,
+    and ``output_dir`` itself when this run created it and it is left empty (nothing saved means nothing left)."""
+    folder = pathlib.Path(output_dir)
+    with contextlib.suppress(OSError):
+        (folder / "completions").rmdir()  # only when empty
+    if not existed:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def eval_source_note(dataset_name: str, has_own_eval: bool, eval_args, trl_eval: bool) -> str | None:
+    """One line saying where the evaluation of a run on your own data comes from when the data has no evaluation
+    split (issue 46: it used to be the built-in arithmetic set, in silence); None for the embedded sets or when your
+    own held-out problems are evaluated.
+
+    Args:
+        dataset_name: ``--dataset_name``.
+        has_own_eval: whether ``--eval_fraction`` / ``--eval_dataset_split`` / ``--eval_dataset_name`` gave held-out
+            problems of yours.
+        eval_args: :class:`~trl_explore.evaluation.heldout.HeldoutEvalArguments` (``eval_heldout``,
+            ``eval_benchmark``, ``eval_split``).
+        trl_eval: whether TRL's evaluation loop is on (``eval_strategy`` not ``"no"``).
+    """
+    if dataset_name in ("ladder", "champ") or has_own_eval:
+        return None
+    fix = "--eval_fraction 0.1 holds out 10% of your problems instead"
+    if eval_args.eval_heldout:
+        return (f"your data has no evaluation split: the held-out evaluation runs on the built-in "
+                f"{eval_args.eval_benchmark} set's {eval_args.eval_split} split, not on your problems ({fix}; "
+                f"--eval_heldout false evaluates nothing)")
+    if trl_eval:
+        return f"your data has no evaluation split: TRL's evaluation loop has nothing to evaluate ({fix})"
+    return f"your data has no evaluation split: nothing is evaluated ({fix})"
+
+
 def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, script_cls=None,
                argv: Sequence[str] | None = None, after_train=None, rollouts: bool = True):
     """The run every training script shares (GRPO's :func:`run_training`, the SFT baseline's
@@ -379,6 +445,7 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     """
     import time
 
+    from trl_explore.checkpoints import check_output_dir_free
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
     from trl_explore.evaluation.heldout import save_heldout
@@ -402,6 +469,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         parsed = parse_args(types, recipe, argv, sections)
         script_args, eval_args, training_args, model_args = parsed[0], parsed[1], parsed[-2], parsed[-1]
         ready_args = parsed[2] if rollouts else None
+        if os.environ.get("RANK", "0") == "0":  # a busy output folder: refused before any model loads, nothing written
+            check_output_dir_free(training_args.output_dir)
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -422,20 +491,29 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                                      tokenizer=tokenizer,
                                      offline_column=getattr(training_args, "offline_completions_column", ""),
                                      require_answer=rollouts,  # SFT grades nothing while training: no gold needed
-                                     teacher_use="OGER" if rollouts else "SFT")
+                                     teacher_use="OGER" if rollouts else "SFT",
+                                     gold_normalizer=getattr(training_args, "gold_normalizer", "none") or "none",
+                                     grader_mode=getattr(training_args, "grader_mode", "math_verify"))
         dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
+        readiness_only = bool(ready_args is not None and ready_args.readiness_only)
+        no_training = readiness_only or training_args.max_steps == 0  # nothing trained, nothing saved
+        existed = pathlib.Path(training_args.output_dir).exists()
         trainer, lines = build_trainer(model_name, training_args, model_args, dataset, own_eval)
         if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
-            path = save_heldout_problems(own_eval, training_args.output_dir)
-            print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train on), "
-                  f"saved to {path} (evaluate a checkpoint on them: python examples/evaluate.py --model_name_or_path "
-                  f"{training_args.output_dir} --dataset_name {path})", flush=True)
+            if no_training:
+                print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train "
+                      f"on; not saved: this run trains nothing)", flush=True)
+            else:
+                path = save_heldout_problems(own_eval, training_args.output_dir)
+                print(f"[{tag}] your own evaluation set: {len(own_eval)} held-out problems ({len(dataset)} to train "
+                      f"on), saved to {path} (evaluate a checkpoint on them: python examples/evaluate.py "
+                      f"--model_name_or_path {training_args.output_dir} --dataset_name {path})", flush=True)
         use_compact_logs(trainer)
         if trainer.accelerator.is_main_process and getattr(trainer, "precision_note", None):
             print(f"[{tag}] {trainer.precision_note}")  # the precision and why, once (trl_explore.precision)
         if rollouts:
             trainer.add_callback(NothingLearnedWatch(ready_args.readiness_patience))  # one warning if nothing learned
-        if rollouts and ready_args.readiness_check:  # can this run learn? (issue 32) a few lines before training
+        if rollouts and (ready_args.readiness_check or readiness_only):  # can this run learn? (issues 32, 46)
             if trainer.accelerator.is_main_process:
                 print(f"[{tag}] readiness check: sampling {min(ready_args.readiness_prompts, len(dataset))} training "
                       f"prompts x {trainer.num_generations} (--readiness_check false skips it) ...", flush=True)
@@ -443,6 +521,16 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                 report = check_readiness(trainer, dataset, ready_args.readiness_prompts)
             if trainer.accelerator.is_main_process:
                 print("\n".join(f"[{tag}] {line}" for line in report.lines), flush=True)
+        if readiness_only:
+            if trainer.accelerator.is_main_process:
+                print(f"[{tag}] --readiness_only: stopped after the check; nothing trained, nothing saved", flush=True)
+                remove_empty_output(training_args.output_dir, existed)
+            trainer.accelerator.end_training()
+            return trainer
+        note = eval_source_note(script_args.dataset_name, own_eval is not None, eval_args,
+                                training_args.eval_strategy != "no")
+        if note and trainer.accelerator.is_main_process:
+            print(f"[{tag}] {note}", flush=True)
         evaluator = None
         if eval_args.eval_heldout:  # the policy before training, on held-out problems (issue 23: "see it learn")
             evaluator = HeldoutEvaluator(trainer, eval_args, levels=getattr(script_args, "ladder_levels", None),
@@ -451,8 +539,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                 if evaluator.problems is not None:  # your own held-out rows: their number is known
                     where, count = "your held-out problems", f"{len(evaluator.problems)} problems"
                 else:
-                    where = f"{eval_args.eval_benchmark} {eval_args.eval_split}"
-                    count = f"{eval_args.eval_problems} problems at most"
+                    where = f"the built-in {eval_args.eval_benchmark} set's {eval_args.eval_split} split"
+                    count = f"its first {eval_args.eval_problems} problems"
                 samples = f"{eval_args.eval_samples} sample" + ("s" if eval_args.eval_samples != 1 else "")
                 print(f"[{tag}] held-out evaluation before training on {where}: {count}, {samples}"
                       + (" + 1 greedy" if eval_args.eval_greedy else "") + " each (--eval_heldout false skips it) ...",
@@ -463,6 +551,12 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                 tables = "\n".join(evaluator.before_tables())
                 print(f"[{tag}] held-out evaluation before training ({evaluator.took('before')}):\n{tables}",
                       flush=True)
+    if no_training:  # --max_steps 0: Transformers would read 0 as "train num_train_epochs" and save a model
+        if trainer.accelerator.is_main_process:
+            print(f"[{tag}] --max_steps 0: nothing trained, nothing saved", flush=True)
+            remove_empty_output(training_args.output_dir, existed)
+        trainer.accelerator.end_training()
+        return trainer
     resume = training_args.resume_from_checkpoint  # the command line gives a string: "true" means the newest one
     resume = True if isinstance(resume, str) and resume.lower() in ("true", "1", "yes") else resume
     with clock("training"):

@@ -43,6 +43,11 @@ class ReadinessArguments:
                   "print the pass rate, the share of mixed groups and of completions cut off at the cap, with a "
                   "warning when the run cannot learn (false: skip)."},
     )
+    readiness_only: bool = field(
+        default=False,
+        metadata={"help": "Run the readiness check alone, then stop: no held-out evaluation, no training, nothing "
+                  "saved (--max_steps 0 also trains and saves nothing, after the held-out evaluation)."},
+    )
     readiness_prompts: int = field(
         default=8, metadata={"help": "Training prompts the readiness check samples (num_generations each; >= 1)."}
     )
@@ -109,41 +114,104 @@ def readiness_figures(correct: torch.Tensor, truncated: torch.Tensor, lengths: t
     )
 
 
-def readiness_advice(figures: ReadinessFigures, max_completion_length: int) -> list[str]:
-    """Warnings, each with its fix, when the figures say the run cannot learn (empty when it can).
+BARELY_PASS_RATE = 0.10
+"""Below this pass rate (but above 0) the run *barely* learns. Measured: the issue-46 data set read 0.03 (1 correct
+completion in 32) and both of its training steps then had no correct online answer; on the arithmetic ladder
+(benchmarks/results/ladder_pass_rates.md) the levels at or below 0.10 (one_digit_two_ops 0.10, two_plus_one 0.08,
+word 0.07, two_digit_two_ops 0.02) leave 56-91% of groups of 4 entirely wrong, where one_digit (0.52) mixes 62%."""
+BARELY_MIXED_FRACTION = 0.25
+"""Below this share of mixed groups (but above 0) the run *barely* learns: GRPO learns only from mixed groups, and at
+0.25 a batch of 8 groups gives about 2 that teach per step. Measured: the ladder demo that learns logs
+``frac_reward_zero_std`` 0.4-0.6 (mixed 0.4-0.6, docs/metrics.md); the issue-46 data set read 0.12 and learned
+nothing; the ladder's hard levels mix 9-22% of groups of 4."""
+BARELY_TRUNCATED_FRACTION = 0.5
+"""At or above this share of completions cut off at the cap, *most* answers are lost (graded without their end):
+the run barely learns. The issue-46 data set read 0.84 (the old warning came only at 0.9)."""
+CANNOT_TRUNCATED_FRACTION = 0.9
+"""At or above this share cut off the run cannot learn: almost no answer reaches its end."""
 
-    Rules: no correct completion (no reward signal); at least 90% cut off at the cap; every group entirely correct
-    (nothing left to learn); no mixed group otherwise (every advantage 0).
+VERDICTS = ("cannot learn", "barely", "can learn")
+"""The readiness verdicts, worst first (:func:`readiness_verdict`)."""
+
+
+def readiness_verdict(figures: ReadinessFigures) -> tuple[str, list[str]]:
+    """The verdict, one of :data:`VERDICTS`, and the reasons for it (empty for "can learn").
+
+    Rules (thresholds: :data:`BARELY_PASS_RATE`, :data:`BARELY_MIXED_FRACTION`, :data:`BARELY_TRUNCATED_FRACTION`,
+    :data:`CANNOT_TRUNCATED_FRACTION`, each with the runs it was chosen from):
+
+    * "cannot learn": no correct completion; every group entirely correct; no mixed group; or at least 90% cut off;
+    * "barely": a pass rate below 0.10, fewer than 25% of groups mixed, or at least half the completions cut off;
+    * "can learn" otherwise.
     """
+    p, mixed, cut = figures.pass_rate, figures.mixed_fraction, figures.truncated_fraction
+    cannot, barely = [], []
+    if cut >= CANNOT_TRUNCATED_FRACTION:
+        cannot.append(f"{100 * cut:.0f}% of the completions were cut off at the cap")
+    elif cut >= BARELY_TRUNCATED_FRACTION:
+        barely.append(f"{100 * cut:.0f}% of the completions were cut off at the cap (most answers lost)")
+    if p == 0:
+        cannot.append("no completion was correct")
+    elif figures.all_correct_fraction == 1:
+        cannot.append("every completion was correct")
+    elif mixed == 0:
+        cannot.append("no group mixes right and wrong answers")
+    else:
+        if p < BARELY_PASS_RATE:
+            barely.append(f"correct answers are rare (pass rate {p:.2f} < {BARELY_PASS_RATE})")
+        if mixed < BARELY_MIXED_FRACTION:
+            barely.append(f"few groups mix right and wrong answers ({mixed:.2f} < {BARELY_MIXED_FRACTION}), the only "
+                          "groups GRPO learns from")
+    if cannot:
+        return "cannot learn", cannot + barely
+    return ("barely", barely) if barely else ("can learn", [])
+
+
+def readiness_advice(figures: ReadinessFigures, max_completion_length: int) -> list[str]:
+    """Warnings, each with its fix, when the figures say the run cannot learn or barely learns (empty when it can;
+    :func:`readiness_verdict`)."""
     advice = []
     cut = figures.truncated_fraction
-    if cut >= 0.9:
+    if cut >= BARELY_TRUNCATED_FRACTION:
         advice.append(f"{100 * cut:.0f}% of the completions were cut off at max_completion_length="
                       f"{max_completion_length} tokens, so their answers are lost: raise --max_completion_length, or "
                       f"ask for a short answer in the prompt")
     if figures.pass_rate == 0:
         advice.append("no completion was correct: every online reward is 0 and the online completions teach "
                       "nothing; raise --max_completion_length (if cut off), change the prompt (e.g. ask for the final "
-                      "answer in \\boxed{}), check the gold answers with the grader (docs/grading.md), or pick easier "
-                      "problems")
+                      "answer in \\boxed{}), check the gold answers with the grader (docs/grading.md), pick easier "
+                      "problems, or rely on the teacher rows only (OGER: they still train)")
     elif figures.all_correct_fraction == 1:
         advice.append("every completion was correct: every group has equal rewards and nothing is left to learn; "
                       "pick harder problems")
     elif figures.mixed_fraction == 0:
         advice.append("no group mixes correct and wrong completions: every advantage is 0; raise --num_generations, "
                       "or pick problems the policy solves sometimes")
+    elif figures.pass_rate < BARELY_PASS_RATE or figures.mixed_fraction < BARELY_MIXED_FRACTION:
+        advice.append(f"correct answers are rare (pass rate {figures.pass_rate:.2f}, mixed groups "
+                      f"{figures.mixed_fraction:.2f}): most steps will have no group to learn from; pick easier "
+                      f"problems, raise --num_generations, shorten the answers asked for, or rely on the teacher rows "
+                      f"(OGER)")
     return advice
 
 
 def readiness_lines(figures: ReadinessFigures, advice: list[str], seconds: float | None = None) -> list[str]:
-    """The check's report: one line of figures, then ``WARNING: ...`` per piece of advice (or that it can learn)."""
+    """The check's report: one line of figures, one line of verdict (:func:`readiness_verdict`), then
+    ``WARNING: ...`` per piece of advice."""
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     lines = [f"readiness check ({figures.num_prompts} training prompts x {figures.group_size} completions{took}): "
              f"pass rate {figures.pass_rate:.2f}, mixed groups {figures.mixed_fraction:.2f} (all right "
              f"{figures.all_correct_fraction:.2f}, all wrong {figures.all_wrong_fraction:.2f}), cut off at the cap "
              f"{figures.truncated_fraction:.2f}, mean length {figures.mean_length:.0f} tokens"]
-    lines += [f"WARNING: {text}" for text in advice] or ["the run can learn: some groups mix right and wrong answers"]
-    return lines
+    verdict, reasons = readiness_verdict(figures)
+    if verdict == "can learn":
+        mixed = round(figures.mixed_fraction * figures.num_prompts)
+        lines.append(f"verdict: the run can learn ({mixed} of {figures.num_prompts} groups mix right and wrong "
+                     f"answers)")
+    else:
+        says = {"cannot learn": "cannot learn", "barely": "barely learns"}[verdict]
+        lines.append(f"verdict: the run {says}: {'; '.join(reasons)} (fixes below)")
+    return lines + [f"WARNING: {text}" for text in advice]
 
 
 @dataclass(frozen=True)
@@ -241,12 +309,25 @@ NOTHING_LEARNED = {
 
 def nothing_learned_signals(logs: dict) -> dict[str, bool]:
     """Which :data:`NOTHING_LEARNED` signals the training metrics ``logs`` (one ``on_log`` dict) show; a signal whose
-    metric is not in ``logs`` is left out (not measured at this step)."""
+    metric is not in ``logs``, or is None / NaN there (no row was scored, e.g. unreadable golds), is left out (not
+    measured at this step)."""
+    import math
+
     tests = {"all_clipped": ("completions/clipped_ratio", lambda v: v >= 1.0),
              "zero_variance": ("frac_reward_zero_std", lambda v: v >= 1.0),
              "no_oger_reward": ("rewards/oger_reward/mean", lambda v: v == 0.0),
              "no_ase_bank": ("ase/num_pairs", lambda v: v == 0.0)}
-    return {name: bool(test(float(logs[key]))) for name, (key, test) in tests.items() if key in logs}
+    values = {name: _number(logs.get(key)) for name, (key, _) in tests.items()}
+    return {name: bool(test(values[name])) for name, (_, test) in tests.items()
+            if values[name] is not None and not math.isnan(values[name])}
+
+
+def _number(value) -> float | None:
+    """``value`` as a float, None where it is none (a metric TRL logged as None, or a non-number)."""
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def update_streaks(streaks: dict[str, int], signals: dict[str, bool]) -> dict[str, int]:

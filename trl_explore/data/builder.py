@@ -45,7 +45,13 @@ from trl_explore.data.filters import (
 from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.data.prompts import PromptPreset, build_prompt, get_prompt_preset
 from trl_explore.data.sources import ProblemRecord, champ_records
-from trl_explore.data.stats import BuildReport, CompletionVerdict, correct_lengths_by_teacher, teacher_stats
+from trl_explore.data.stats import (
+    BuildReport,
+    CompletionVerdict,
+    correct_lengths_by_teacher,
+    dropped_solutions,
+    teacher_stats,
+)
 from trl_explore.rewards.modes import check_grader_mode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -321,6 +327,9 @@ class OfflineDatasetBuilder:
             train_problems=len(rows["train"]),
             test_problems=len(rows["test"]),
             lengths=correct_lengths_by_teacher(flat),
+            dropped=dropped_solutions([v for v in flat if v.problem_id not in skip], self.max_length),
+            without_valid_ids=[row["problem_id"] for split in rows.values() for row in split
+                               if not row["offline_completions"]],
         )
         dataset = rows_to_dataset_dict(rows)
         report.seconds = round(time.perf_counter() - start, 2)

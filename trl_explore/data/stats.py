@@ -43,6 +43,21 @@ class CompletionVerdict:
         return bool(self.correct) and not self.duplicate and self.n_tokens <= max_length
 
 
+def dropped_solutions(verdicts, max_length: int) -> list[tuple[str, str, str]]:
+    """``(problem id, teacher, why)`` of each judged completion the filters left out: "graded wrong against the
+    gold", "longer than max_length=... tokens (N)", "an exact duplicate"; completions not graded (an unreadable or
+    undecided gold, a grading timeout) are counted elsewhere (``BuildReport``)."""
+    out = []
+    for v in verdicts:
+        if v.duplicate:
+            out.append((v.problem_id, v.teacher, "an exact duplicate"))
+        elif v.correct is False:
+            out.append((v.problem_id, v.teacher, "graded wrong against the gold"))
+        elif v.correct and v.n_tokens > max_length:
+            out.append((v.problem_id, v.teacher, f"longer than max_length={max_length} tokens ({v.n_tokens})"))
+    return out
+
+
 @dataclass(frozen=True)
 class TeacherStats:
     """One row of Table 4 plus the counts that explain it (see the module docstring)."""
@@ -243,6 +258,8 @@ class BuildReport:
             splits, not cached).
         seconds: wall time of the build.
         lengths: Figure 4's data (:func:`correct_lengths_by_teacher`).
+        dropped: ``(problem id, teacher, why)`` of each teacher solution left out (:func:`dropped_solutions`).
+        without_valid_ids: the ids of the ``without_valid`` problems.
     """
 
     teachers: list[TeacherStats]
@@ -256,8 +273,10 @@ class BuildReport:
     undecided_gold: list[str] = field(default_factory=list)
     seconds: float = 0.0
     lengths: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    dropped: list[tuple[str, str, str]] = field(default_factory=list)
+    without_valid_ids: list[str] = field(default_factory=list)
 
-    def markdown(self) -> str:
+    def markdown(self, max_dropped: int = 50) -> str:
         """The per-teacher table and a summary line, in markdown."""
         summary = (
             f"Problems: {self.problems} received, {len(self.unparseable_gold)} with an unparseable gold answer "
@@ -267,7 +286,19 @@ class BuildReport:
             f"Length filter: <= {self.max_length} policy tokens. "
             f"Built in {self.seconds:.1f} s."
         )
-        return stats_markdown(self.teachers) + "\n\n" + summary + "\n"
+        text = stats_markdown(self.teachers) + "\n\n" + summary + "\n"
+        if self.dropped:  # issue 46: each dropped solution named, not only counted
+            shown = [f"- problem {pid!r}, teacher {teacher!r}: {why}"
+                     for pid, teacher, why in self.dropped[:max_dropped]]
+            more = [f"- ... and {len(self.dropped) - max_dropped} more"] if len(self.dropped) > max_dropped else []
+            text += f"\nDropped teacher solutions ({len(self.dropped)}):\n" + "\n".join(shown + more) + "\n"
+        if self.without_valid_ids:
+            ids = ", ".join(repr(i) for i in self.without_valid_ids[:max_dropped])
+            more = f" and {len(self.without_valid_ids) - max_dropped} more" if len(
+                self.without_valid_ids) > max_dropped else ""
+            text += (f"\nProblems left without a teacher solution ({len(self.without_valid_ids)}; kept with an empty "
+                     f"list, dropped by the OGER recipes' min_offline_completions: 1): {ids}{more}\n")
+        return text
 
     def to_dict(self) -> dict:
         """JSON-ready dict (``lengths`` left out; the ``All`` row added as ``total``)."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 
 from trl_explore.data.difficulty import PassRateFilterArguments
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,6 +97,20 @@ def _reload_call(dataset_name: str) -> str:
     return f"load_dataset({dataset_name!r}, split='train')"
 
 
+def rename_hint(dataset_name: str, renames: str) -> str:
+    """How to rename columns of ``dataset_name`` and save it in the same kind: a data file is read with its builder
+    and written back as a JSON-lines file (never ``load_from_disk``, which reads only a ``save_to_disk`` folder), a
+    folder or a Hub set is saved as a folder. ``renames``: the inside of the ``{...}`` of ``rename_columns``."""
+    import os
+
+    from trl_explore.data.loading import DATA_FILE_TYPES
+
+    call = f"{_reload_call(dataset_name)}.rename_columns({{{renames}}})"
+    if dataset_name.rsplit(".", 1)[-1] in DATA_FILE_TYPES and not os.path.isdir(os.path.expanduser(dataset_name)):
+        return f"the new file, e.g. {call}.to_json('my-data.jsonl')"
+    return f"the saved folder, e.g. {call}.save_to_disk('my-data')"
+
+
 def check_script_columns(dataset, dataset_name: str, required) -> None:
     """Refuse, when the data is loaded, a data set without the columns a training script reads by name (``prompt``,
     ``answer``; the scripts have no option that renames them), and a row whose gold ``answer`` is empty.
@@ -120,8 +137,7 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
         raise ValueError(
             f"dataset {dataset_name!r} has no column {' or '.join(repr(c) for c in missing)} ({what}); its columns: "
             f"{columns}; required: {', '.join(required)}. The scripts read these columns by name: rename yours with "
-            f"datasets and pass the saved folder, e.g. {_reload_call(dataset_name)}.rename_columns({{{example}}})"
-            f".save_to_disk('my-data') (docs/own-data.md)"
+            f"datasets and pass {rename_hint(dataset_name, example)} (docs/own-data.md)"
         )
     if "answer" in required:
         index = empty_value_index(dataset["answer"])
@@ -131,9 +147,92 @@ def check_script_columns(dataset, dataset_name: str, required) -> None:
                              f"problem its gold answer, or drop the row before training (dataset.filter)")
 
 
+def _row_names(dataset, indices, limit: int = 5) -> str:
+    """``"rows 0 (id 'p00'), 4 (id 'p04')"`` for ``indices`` (the first ``limit``, then how many more)."""
+    ids = dataset["problem_id"] if "problem_id" in (dataset.column_names or []) else None
+    named = [f"{i} (id {str(ids[i])!r})" if ids is not None else str(i) for i in indices[:limit]]
+    more = f" and {len(indices) - limit} more" if len(indices) > limit else ""
+    return f"row{'s' if len(indices) > 1 else ''} {', '.join(named)}{more}"
+
+
+def check_gold_readable(dataset, dataset_name: str, gold_normalizer: str = "none") -> None:
+    """Refuse, when the data is loaded, gold answers the grader cannot read (``"seven"``, ``"x=6, y=5"`` without a
+    gold normaliser): their rows would never be scored (no reward, nothing learned) and used to crash a run after
+    a whole step (issue 46).
+
+    Args:
+        dataset: the loaded split, with an ``answer`` column (an ``IterableDataset`` is skipped).
+        dataset_name: as given (``--dataset_name``), for the message.
+        gold_normalizer: the name of the data set's phrasing rules (``--gold_normalizer``;
+            :data:`trl_explore.data.gold_normalizers.GOLD_NORMALIZERS`); default ``"none"``.
+
+    Raises:
+        ValueError: one line naming the rows (index, id, gold) and the fix: numbers or maths in the gold, or a gold
+            normaliser.
+    """
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+    from trl_explore.rewards.math_verify_reward import golds_parseable
+
+    if dataset.column_names is None or "answer" not in dataset.column_names:
+        return
+    golds = [str(g) for g in dataset["answer"]]
+    unique = sorted(set(golds))
+    readable = dict(zip(unique, golds_parseable(unique, gold_normalizer=GOLD_NORMALIZERS[gold_normalizer])))
+    bad = [i for i, gold in enumerate(golds) if not readable[gold]]
+    if bad:
+        examples = ", ".join(repr(golds[i]) for i in bad[:3])
+        raise ValueError(
+            f"dataset {dataset_name!r}: the grader cannot read the gold answer of {len(bad)} of {len(golds)} rows "
+            f"({_row_names(dataset, bad)}: {examples}), so they would never be scored; write each gold as a number "
+            f"or maths (e.g. '7', '\\frac{{1}}{{2}}', 'x=6'), or name a gold normaliser for words "
+            f"(--gold_normalizer; gold_normalizer={gold_normalizer!r} now; docs/own-data.md#gold-answers-in-words)")
+
+
+def check_teacher_solutions(dataset, dataset_name: str, offline_column: str = "offline_completions",
+                            gold_normalizer: str = "none", grader_mode: str = "math_verify") -> list[tuple]:
+    """Grade each teacher solution of your own data against its row's gold, once, when the data is loaded, and warn
+    (one warning) naming those graded wrong: OGER would train on them as correct replacements (issue 46). They are
+    kept (the data is yours); drop them with the offline builder (:func:`trl_explore.data.build_offline_dataset`), or
+    fix the gold.
+
+    Returns:
+        ``[(row, problem_id, teacher, solution index)]`` of the solutions graded wrong (teacher ``None`` without an
+        ``offline_teachers`` column).
+    """
+    from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
+    from trl_explore.rewards.math_verify_reward import grade_batch
+
+    columns = dataset.column_names or []
+    if offline_column not in columns:
+        return []
+    teachers = dataset["offline_teachers"] if "offline_teachers" in columns else None
+    pairs = [(row, j, text, gold) for row, (texts, gold) in enumerate(zip(dataset[offline_column], dataset["answer"]))
+             for j, text in enumerate(texts or [])]
+    if not pairs:
+        return []
+    verdicts = grade_batch([p[2] for p in pairs], [str(p[3]) for p in pairs], mode=grader_mode,
+                           gold_normalizer=GOLD_NORMALIZERS[gold_normalizer])
+    ids = dataset["problem_id"]
+    wrong = []
+    for (row, j, _, _), verdict in zip(pairs, verdicts):
+        if verdict is False:
+            names = teachers[row] if teachers is not None else None
+            wrong.append((row, ids[row], names[j] if names and j < len(names) else None, j))
+    if wrong:
+        named = ", ".join(f"row {row} (id {str(pid)!r}) solution {j}" + (f" of teacher {t!r}" if t else "")
+                          for row, pid, t, j in wrong[:5])
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        logger.warning("dataset %r: %d of %d teacher solutions are graded wrong against their gold: %s%s. They "
+                       "are trained on as correct solutions (OGER's replacements, SFT's targets): fix the gold or the "
+                       "solution, or drop wrong ones with the offline builder "
+                       "(trl_explore.data.build_offline_dataset; docs/own-data.md)",
+                       dataset_name, len(wrong), len(pairs), named, more)
+    return wrong
+
+
 def load_training_data(data_args: DataArguments, max_completion_length: int, offline: bool = True, tokenizer=None,
                        offline_column: str = "offline_completions", require_answer: bool = True,
-                       teacher_use: str = "OGER"):
+                       teacher_use: str = "OGER", gold_normalizer: str = "none", grader_mode: str = "math_verify"):
     """The training split named by ``data_args``, with ``prompt``, ``answer`` and ``problem_id`` columns, and the
     offline columns when ``offline`` (OGER).
 
@@ -147,6 +246,9 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
             baseline, which grades nothing during training, passes False).
         teacher_use: who reads the teacher column, for the message when it is missing: ``"OGER"`` (default; the
             message also points to ASE-GRPO, which needs no teachers) or ``"SFT"`` (the baseline trains on them).
+        gold_normalizer, grader_mode: the run's grading options (``--gold_normalizer``, ``--grader_mode``): your own
+            data's golds must be readable with them (:func:`check_gold_readable`), and its teacher solutions are
+            graded against them once (:func:`check_teacher_solutions`: a warning names the wrong ones).
 
     Raises:
         ValueError: no ``prompt`` column, or (``require_answer``) no ``answer`` column or an empty gold
@@ -170,15 +272,27 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     if offline and dataset.column_names is not None and offline_column not in dataset.column_names:
         other = (", or train without teachers with ASE-GRPO (examples/train_ase_grpo.py), which needs none"
                  if teacher_use == "OGER" else "")
+        what = ("a list of teacher solutions per row; an empty list means no teacher, which "
+                "--min_offline_completions 0 keeps" if teacher_use == "OGER" else
+                "a list of teacher solutions per row, the targets SFT trains on")
         raise ValueError(
             f"dataset {data_args.dataset_name!r} has no column {offline_column!r}, where {teacher_use} reads each "
-            f"prompt's teacher solutions; its columns: {dataset.column_names}. Add the column (a list of teacher "
-            f"solutions per row; an empty list means no teacher, which --min_offline_completions 0 keeps) or name "
+            f"prompt's teacher solutions; its columns: {dataset.column_names}. Add the column ({what}) or name "
             f"the column yours is in with --offline_completions_column{other}"
         )
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _prompt_key(row["prompt"])[:16]})
+    own = data_args.dataset_name not in ("champ", "ladder")  # the embedded sets are built graded
+    if own and require_answer:
+        check_gold_readable(dataset, data_args.dataset_name, gold_normalizer)
+    if own and offline and "answer" in dataset.column_names:
+        check_teacher_solutions(dataset, data_args.dataset_name, offline_column, gold_normalizer, grader_mode)
     if offline and data_args.min_offline_completions > 0:
+        few = [i for i, c in enumerate(dataset[offline_column]) if len(c) < data_args.min_offline_completions]
+        if few:
+            logger.warning("dropped %s: fewer than min_offline_completions=%d teacher solutions (an empty list is "
+                           "no teacher; --min_offline_completions 0 keeps such rows, trained on online answers only)",
+                           _row_names(dataset, few), data_args.min_offline_completions)
         dataset = dataset.filter(lambda row: len(row[offline_column]) >= data_args.min_offline_completions)
     if not offline:
         dataset = dataset.select_columns(["prompt", "answer", "problem_id"])  # the offline trajectories are not used

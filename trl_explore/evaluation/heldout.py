@@ -374,6 +374,13 @@ def compare_heldout(before: HeldoutResult, after: HeldoutResult, num_resamples: 
             pairs.items()}
 
 
+MIN_PROBLEMS_FOR_INTERVAL = 10
+"""Fewer held-out problems than this get no bootstrap interval (issue 46: intervals were printed for 4): a
+percentile bootstrap over ``P`` problems draws from at most ``P`` distinct values per resample and is known to be too
+narrow for small samples (Efron & Tibshirani 1993, ch. 13), so with a handful of problems it claims a certainty the
+data does not hold. The change is still printed, with "too few problems for an interval"."""
+
+
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -410,8 +417,14 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         ("pairwise answer disagreement", lambda r: r.answer_disagreement, None),
         ("mean completion tokens", lambda r: r.mean_num_tokens, None),
     ]
+    rows.append(("cut off at the token cap", lambda r: r.truncated_fraction, None))
+    if comparison and before.num_problems < MIN_PROBLEMS_FOR_INTERVAL:  # the change alone, said why
+        comparison = None
+        interval = f"change (too few problems for an interval: {before.num_problems} < {MIN_PROBLEMS_FOR_INTERVAL})"
+    else:
+        interval = "change [95% paired bootstrap interval]"
     width = max(len(name) for name, _, _ in rows)
-    columns = "" if after is None else f"  {'after':>7}  change [95% paired bootstrap interval]"  # alone: before
+    columns = "" if after is None else f"  {'after':>7}  {interval}"  # alone: before
     lines = [head, f"{'':<{width}}  {'before':>7}{columns}"]
     for name, read, key in rows:
         if name == "greedy accuracy" and before.greedy_correct is None:
@@ -425,6 +438,14 @@ def heldout_table(before: HeldoutResult, after: HeldoutResult | None = None,
         else:
             line = f"{name:<{width}}  {_cell(a):>7}  {'' if b is None else _cell(b):>7}  {change}"
         lines.append(line.rstrip())
+    cut = max((r.truncated_fraction for r in (before, after) if r is not None
+               and r.truncated_fraction == r.truncated_fraction), default=0.0)  # NaN: not measured
+    from trl_explore.evaluation.results import CUT_OFF_WARNING_FRACTION
+
+    if cut >= CUT_OFF_WARNING_FRACTION:
+        lines.append(f"WARNING: {100 * cut:.0f}% of the samples were cut off at the token cap "
+                     f"(--eval_max_new_tokens): most answers were lost; a cut-off answer counts only when boxed or "
+                     f"after an answer phrase, as in training")
     return lines
 
 
@@ -474,13 +495,15 @@ def cached_evaluation(model, key: dict, evaluate, cache: bool = True) -> Heldout
     return result
 
 
-def format_change_line(training: tuple, neutral: tuple, k: int) -> str:
+def format_change_line(training: tuple, neutral: tuple, k: int, num_problems: int | None = None) -> str:
     """One line that sets the mean@k change of the two prompt formats side by side and says whether each 95%
     interval excludes zero.
 
     Args:
         training, neutral: ``(difference, low, high)`` of :func:`compare_heldout`'s ``"mean"`` in each format.
         k: the number of samples (for the name mean@k).
+        num_problems: how many problems the changes are over; below :data:`MIN_PROBLEMS_FOR_INTERVAL` the changes
+            are shown without their intervals (default None: not checked).
 
     Returns:
         e.g. ``"mean@4 change, training format +0.113 [+0.062, +0.168] (interval clear of 0); neutral format +0.036
@@ -491,6 +514,9 @@ def format_change_line(training: tuple, neutral: tuple, k: int) -> str:
         _, low, high = entry
         return "interval includes 0" if low <= 0.0 <= high else "interval clear of 0"
 
+    if num_problems is not None and num_problems < MIN_PROBLEMS_FOR_INTERVAL:
+        return (f"mean@{k} change, training format {training[0]:+.3f}; neutral format {neutral[0]:+.3f} (too few "
+                f"problems for an interval: {num_problems} < {MIN_PROBLEMS_FOR_INTERVAL})")
     return (f"mean@{k} change, training format {_change(training)} ({reading(training)}); neutral format "
             f"{_change(neutral)} ({reading(neutral)})")
 

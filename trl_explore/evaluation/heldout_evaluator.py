@@ -159,7 +159,8 @@ class HeldoutEvaluator:
                 lines += heldout_table(results[before], results[after], changes[prompt_format])
         if len(changes) == 2:
             k = min(self.results[before].num_samples, self.results[after].num_samples)
-            lines.append(format_change_line(changes["training"]["mean"], changes["neutral"]["mean"], k))
+            lines.append(format_change_line(changes["training"]["mean"], changes["neutral"]["mean"], k,
+                                            self.results[before].num_problems))
         return lines
 
 

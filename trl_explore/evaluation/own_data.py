@@ -42,7 +42,7 @@ def as_messages(prompt, where: str) -> list[dict]:
     return [{"role": m.get("role", "user"), "content": str(m["content"])} for m in prompt]
 
 
-def training_format(dataset):
+def training_format(dataset, name: str | None = None):
     """``dataset`` with the columns the trainers read: ``answer`` (from a verl ``reward_model.ground_truth`` when
     absent) and ``problem_id`` (a hash of the prompt when absent).
 
@@ -54,12 +54,14 @@ def training_format(dataset):
         dataset = dataset.map(lambda row: {"answer": str(row["reward_model"]["ground_truth"])})
     missing = [c for c in ("prompt", "answer") if c not in dataset.column_names]
     if missing:
+        from trl_explore.data.training_data import rename_hint
         from trl_explore.rewards.checks import rename_example
 
         renames = ", ".join(f"{rename_example(columns, c)}: {c!r}" for c in missing)
+        how = rename_hint(name, renames) if name else f"a renamed copy, e.g. rename_columns({{{renames}}})"
         raise ValueError(f"the evaluation data has no column {missing}; its columns: {columns} (the training format: "
-                         f"prompt, answer, optional problem_id; rename yours with datasets, e.g. "
-                         f"rename_columns({{{renames}}}); docs/own-data.md)")
+                         f"prompt, answer, optional problem_id; rename yours with datasets and pass {how}; "
+                         f"docs/own-data.md)")
     if "problem_id" not in dataset.column_names:
         dataset = dataset.map(lambda row: {"problem_id": _problem_key(row["prompt"])})
     return dataset
@@ -96,7 +98,7 @@ def load_own_rows(path, split: str = "test") -> list[dict]:
     if path is None:
         raise ValueError("the 'own' benchmark needs a data set: examples/evaluate.py --dataset_name PATH "
                          "(a .jsonl/.parquet file or a save_to_disk folder in the training format)")
-    return own_rows(load_split(str(path), split))
+    return own_rows(training_format(load_split(str(path), split), str(path)))  # a missing column: the rename hint
 
 
 def check_eval_fraction(fraction: float) -> float:
@@ -171,7 +173,7 @@ def training_and_eval_data(data_args, train_dataset, seed: int = 0):
     if source == data_args.dataset_name and (split or "train") == data_args.dataset_train_split:
         raise ValueError(f"eval_dataset_split={split or 'train'!r} is the training split: evaluate on held-out "
                          f"problems (another split, a second data set or eval_fraction)")
-    heldout = training_format(load_split(source, split or "train"))
+    heldout = training_format(load_split(source, split or "train"), source)
     if len(heldout) == 0:
         raise ValueError(f"the evaluation data ({source}, split {split or 'train'!r}) is empty")
     return train_dataset, heldout

@@ -83,7 +83,8 @@ _BANK = ("logged at bank updates only; an update needs K x min_pairs_per_cluster
 SHARED_PANELS = (
     Panel("Training reward", "mean total reward", ("reward",)),
     Panel("Policy entropy", "entropy (nats)", ("entropy",)),
-    Panel("Zero-variance groups", "groups with equal rewards (no signal)", ("frac_reward_zero_std",), ylim=FRACTION),
+    Panel("Zero-variance groups", "groups with equal rewards (no signal)\nOGER: its teacher rows are in the groups",
+          ("frac_reward_zero_std",), ylim=FRACTION),  # TRL's metric: a correct teacher row breaks an all-wrong tie
     Panel("Response length", "tokens", ("completions/mean_length",)),
     Panel("Truncated completions", "fraction at max_completion_length", ("completions/clipped_ratio",),
           ylim=FRACTION),
@@ -268,6 +269,26 @@ def series_style(index: int, count: int) -> dict:
             "markersize": 4.0 + 2.0 * rank}
 
 
+def label_colors(labels: Sequence[str]) -> list[str]:
+    """A colour per run label (matplotlib's ``C0``-``C9``) that does not depend on which other runs share the plot
+    (issue 46: two overlaid plots swapped the runs' colours): the label's CRC-32 picks it, a final ``" (...)"`` left
+    out (``" (baseline)"``, the method name ``plot_runs`` adds), so a run keeps its colour as a baseline; a label
+    whose colour is taken in this plot gets the next free one."""
+    import zlib
+
+    colors, taken = [], set()
+    for label in labels:
+        key = re.sub(r" \([^()]*\)$", "", str(label))  # "base (baseline)", "run-a (OGER)": the run's own name
+        index = zlib.crc32(key.encode("utf-8")) % 10
+        for step in range(10):
+            if (index + step) % 10 not in taken or len(taken) >= 10:
+                index = (index + step) % 10
+                break
+        taken.add(index)
+        colors.append(f"C{index}")
+    return colors
+
+
 def integer_step_limits(steps: Sequence[float]) -> tuple[float, float] | None:
     """x-limits that show at least two whole steps around ``steps``, or None when the data already span >= 2.
 
@@ -350,7 +371,7 @@ def plot_training_dynamics(runs: Mapping[str, object], panels: Sequence[Panel], 
         keys = sorted({c for frame in runs.values() for c in frame.columns})
         raise ValueError(f"none of the panels {[p.title for p in panels]} has data; the runs logged {keys}")
     fig, axes = _new_figure(len(panels))
-    colors = [f"C{i % 10}" for i in range(len(runs))]
+    colors = label_colors(list(runs))
     for ax, panel in zip(axes, panels):
         lines = []  # (colour, legend name, values) of every series of every run
         for color, (label, frame) in zip(colors, runs.items()):
@@ -419,16 +440,17 @@ def plot_pass_at_k(summaries: Mapping[str, Mapping], path: str | pathlib.Path | 
     if missing:
         raise ValueError(f"plot_pass_at_k: no run evaluated {missing}; have {seen}")
     fig, axes = _new_figure(len(names))
+    colors = dict(zip(summaries, label_colors(list(summaries))))
     for ax, name in zip(axes, names):
         title, all_ks = name, set()
-        for i, (label, s) in enumerate(summaries.items()):
+        for label, s in summaries.items():
             entry = s["benchmarks"].get(name)
             if entry is None:
                 continue
             title = entry.get("title", name)
             ks = sorted(int(k) for k in entry["pass_at_k"])
             all_ks.update(ks)
-            ax.plot(ks, [100 * entry["pass_at_k"][str(k)] for k in ks], marker="o", color=f"C{i % 10}", label=label)
+            ax.plot(ks, [100 * entry["pass_at_k"][str(k)] for k in ks], marker="o", color=colors[label], label=label)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
         ax.minorticks_off()
@@ -459,13 +481,12 @@ def plot_temperature_sweep(sweeps: Mapping[str, Mapping], path: str | pathlib.Pa
         raise ValueError("plot_temperature_sweep: no sweeps")
     fig, (ax,) = _new_figure(1, size=(5.5, 3.8))
     ks = set()
-    for i, (label, sweep) in enumerate(sweeps.items()):
+    for color, (label, sweep) in zip(label_colors(list(sweeps)), sweeps.items()):
         if len(sweep["temperatures"]) != len(sweep["average"]):
             raise ValueError(f"temperature sweep {label!r}: {len(sweep['temperatures'])} temperatures but "
                              f"{len(sweep['average'])} scores")
         ks.add(sweep["k"])
-        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=f"C{i % 10}",
-                label=label)
+        ax.plot(sweep["temperatures"], [100 * v for v in sweep["average"]], marker="o", color=color, label=label)
     k_text = "/".join(str(k) for k in sorted(ks))
     ax.set_title(f"pass@{k_text} vs. temperature (OGER Fig. 6)", fontsize=10)
     ax.set_xlabel("decoding temperature")

@@ -40,14 +40,47 @@ def save_run(output_dir: str | pathlib.Path, records: Sequence[Mapping[str, Any]
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     pd.DataFrame(list(records)).to_parquet(out / SAMPLES_PARQUET, index=False)
+    summary = {**summary, "label": label or summary.get("label") or str(summary.get("model"))}
     (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2))
-    runs = {label or str(summary.get("model")): summary}
+    runs = {summary["label"]: summary}
     baseline_label = None
     if baseline is not None:
-        baseline_label = f"{baseline.get('model')} (baseline)"
+        baseline_label = f"{run_label(baseline)} (baseline)"
         runs = {baseline_label: baseline, **runs}
-    (out / RESULTS_MD).write_text(results_table(runs, baseline=baseline_label) + "\n")
+    notes = [line for name, s in runs.items() for line in truncation_lines(s, name)]
+    (out / RESULTS_MD).write_text(results_table(runs, baseline=baseline_label) + "\n" + "".join(
+        "\n" + line for line in notes) + ("\n" if notes else ""))
     return out
+
+
+def run_label(summary: Mapping[str, Any]) -> str:
+    """The label a run was saved with (``--label``; issue 46: a baseline's legend and row used its model name), else
+    its model name."""
+    return str(summary.get("label") or summary.get("model"))
+
+
+CUT_OFF_WARNING_FRACTION = 0.5
+"""At or above this share of samples cut off at the token cap, the evaluation warns: most answers were lost, and the
+scores say more about the cap than the policy (the issue-46 base model: 94% cut off, its one "correct" sample
+cut-off prose; the same threshold as the readiness check's "barely",
+:data:`trl_explore.readiness.BARELY_TRUNCATED_FRACTION`)."""
+
+
+def truncation_lines(summary: Mapping[str, Any], label: str) -> list[str]:
+    """One line per benchmark of a run: the share of samples cut off at the cap, and the grading rule of cut-off
+    answers; ``WARNING: ...`` at or above :data:`CUT_OFF_WARNING_FRACTION`."""
+    lines = []
+    for name, entry in summary.get("benchmarks", {}).items():
+        cut = entry.get("truncated_fraction")
+        if cut is None:
+            continue
+        text = (f"{label}, {entry.get('title', name)}: {100 * cut:.0f}% of the samples cut off at the token cap "
+                f"(graded as in training: a cut-off answer counts only when boxed or after an answer phrase)")
+        if cut >= CUT_OFF_WARNING_FRACTION:
+            text = (f"WARNING: {text}; most answers were lost: raise --max_new_tokens, or read these scores as the "
+                    f"cap's")
+        lines.append(text)
+    return lines
 
 
 def load_summary(run_dir: str | pathlib.Path) -> dict:

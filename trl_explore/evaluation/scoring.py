@@ -86,6 +86,7 @@ def grade_generations(dataset, generations: Generations, plan: SamplingPlan, tim
             extracted, correct = grade_completion(
                 text, row["answer"], row["grading"], len(row["choices"]), timeout_seconds=timeout_seconds,
                 grader_mode=grader_mode, gold_normalizer=_gold_normalizer(row["benchmark"]),
+                terminated=not generations.truncated[p][s],  # one rule with training: a cut-off answer as it grades
             )
             records.append(
                 {

@@ -114,7 +114,7 @@ def extract_final_text(completion: Any) -> str | None:
 
 def grade_completion(completion: Any, answer: str, grading: str, num_choices: int = 0,
                      timeout_seconds: float = 5.0, grader_mode: str = "math_verify",
-                     gold_normalizer=None) -> tuple[str | None, bool]:
+                     gold_normalizer=None, terminated: bool | None = None) -> tuple[str | None, bool]:
     """Extracted answer and verdict of one completion.
 
     Args:
@@ -127,6 +127,9 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
             ``"math_verify"``; ``"boxed"`` counts only the last closed ``\\boxed{}``); see
             :mod:`trl_explore.rewards.grading`.
         gold_normalizer: (``math`` only) the benchmark's phrasing rules for its golds (``GraderOptions``).
+        terminated: (``math`` only) whether the completion ended with an end-of-sequence token (False: cut off at
+            the cap); the ``"unterminated"`` guard then refuses an answer read from unanchored prose, as the training
+            reward does (it knows the ending from the completion ids). Default None: unknown, not judged.
 
     Returns:
         ``(extracted answer or None, correct)``.
@@ -139,7 +142,7 @@ def grade_completion(completion: Any, answer: str, grading: str, num_choices: in
         from trl_explore.rewards.math_verify_reward import extract_answer, verify_answer
 
         correct = verify_answer(completion, answer, mode=grader_mode, timeout_seconds=timeout_seconds,
-                                gold_normalizer=gold_normalizer)
+                                gold_normalizer=gold_normalizer, terminated=terminated)
         return extract_answer(completion, mode=grader_mode, timeout_seconds=timeout_seconds), bool(correct)
     if grading == "multiple_choice":
         letter = extract_choice_letter(completion, num_choices)
