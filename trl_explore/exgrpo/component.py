@@ -52,6 +52,7 @@ from trl_explore.exgrpo.experience import (
     replay_starts,
 )
 from trl_explore.exgrpo.options import ExGRPOOptions
+from trl_explore.rewards.correctness import correct_mask, correctness_note, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class ExGRPOComponent(Component):
         super().__init__(options)
         self.buffer: ExperienceBuffer | None = None
         self._replayed: dict[int, Trajectory] = {}  # this generation: local row -> the replayed trajectory
+        self._noted_values = False  # a verifier outside {0, 1} was noted (once)
 
     def setup(self, trainer):
         super().setup(trainer)
@@ -195,8 +197,14 @@ class ExGRPOComponent(Component):
         rollout, opts = batch.rollout, self.options
         num_local = rollout.num_rows
         process = self.trainer.accelerator.process_index
-        verifier = batch.rewards_per_func[:, 0]
-        correct_all = torch.nan_to_num(verifier, nan=float("-inf")) >= opts.correct_threshold
+        verifier, threshold = batch.rewards_per_func[:, 0], threshold_of(self.trainer.args)
+        if not self._noted_values:  # the same gathered values on every process: each notes it once
+            note = correctness_note(verifier, self.trainer.reward_func_names[0], "ExGRPO", threshold,
+                                    detail="(the first reward function: buckets, retirement, replay start)")
+            self._noted_values = note is not None
+            if note is not None and self.trainer.accelerator.is_main_process:
+                logger.warning(note)
+        correct_all = correct_mask(verifier, threshold)  # one rule: trl_explore.rewards.correctness
         local_correct = correct_all[process * num_local:(process + 1) * num_local].tolist()
         behaviour = batch.behaviour_logps
         in_loss = batch.output["completion_mask"].sum(dim=1).gt(0).tolist()

@@ -44,6 +44,7 @@ from trl_explore.oger.policy_shaping import (
     policy_shaping_per_token_loss,
 )
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
+from trl_explore.rewards.correctness import threshold_of
 from trl_explore.rewards.math_verify_reward import completion_text
 
 logger = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ class OGERComponent(Component):
         for func, oger in zip(reward_funcs, is_oger):
             if oger:
                 func.entropy_refinement = opts.entropy_refinement
+                func.correct_threshold = threshold_of(args)  # one correctness rule (rewards.correctness)
         if args.reward_weights is None:
             args.reward_weights = [0.0 if oger and not opts.use_exploration_reward else 1.0 for oger in is_oger]
         elif not opts.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
