@@ -286,8 +286,12 @@ class OGERComponent(Component):
         self.generation = OGERGeneration(rollout.mode, tuple(is_offline), tuple(teacher), tuple(div_values),
                                          tuple(entropy_values), num_truncated, need_div, pending_entropy, embed_cut)
         offline = tuple(a or b for a, b in zip(rollout.offline, is_offline))
+        # every replaced row is OGER's, named here: the driver infers an owner from changed ids or text only, and a
+        # teacher text the policy sampled word for word (the ladder's `terse` style, which its worked example
+        # teaches) would stay unowned, its teacher name lost in the reward kwargs and the completion log
+        owner = tuple(self.name if off else o for o, off in zip(rollout.owner, is_offline))
         return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
-                                   tool_mask=tool_mask, offline=offline)
+                                   tool_mask=tool_mask, offline=offline, owner=owner)
 
     def observe_forward(self, result):
         gen = self.generation
