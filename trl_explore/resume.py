@@ -42,6 +42,7 @@ from trl_explore.checkpoints import (
     describe_torn,
     describe_write_failure,
     digest_files,
+    foreign_checkpoint,
     inspect_checkpoint,
     inspect_run,
     is_write_failure,
@@ -403,6 +404,11 @@ class ResumableTrainerMixin:
         if changed and self.accelerator.is_main_process:
             logger.warning("resuming from %s with other optimizer or scheduler settings than it was written with: %s",
                            status.path, "; ".join(changed))
+        foreign = foreign_checkpoint(status.path)  # its run id is not that of the other checkpoints of its folder
+        if foreign and self.accelerator.is_main_process:
+            logger.warning("%s", foreign)
+        if status.record.get("run_id"):
+            self._run_id = status.record["run_id"]  # the resumed run is the checkpoint's: its later checkpoints too
 
     def _load_component_state(self, checkpoint: str) -> None:
         """Load every component's state from ``checkpoint``: its shared state (written by the main process, read by
