@@ -162,6 +162,26 @@ def test_compare_run_records_refuses_inside_a_generation_and_warns_at_a_boundary
 
 
 
+def test_a_full_disk_while_the_completion_record_is_written_reads_as_one_line(tmp_path, smollm2_tokenizer,
+                                                                               monkeypatch):
+    import trl_explore.resume as resume
+
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    real = resume.write_record
+
+    def full(folder, record):  # the disk fills after the files, while the JSON record is written
+        if record.get("status") == "complete":
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(folder, RECORD_NAME))
+        return real(folder, record)
+
+    monkeypatch.setattr(resume, "write_record", full)
+    with pytest.raises(CheckpointWriteError) as err:
+        _save(trainer, 1)
+    run = tmp_path / "run" / "checkpoint-1"
+    assert str(err.value).startswith(f"cannot save checkpoint {run}: writing {run / RECORD_NAME} failed: no space "
+                                     "left on the device (")
+    assert not inspect_checkpoint(str(run)).complete
+
 def test_a_checkpoint_of_another_seed_or_data_seed_is_named():
     """Issue 45 item 6: before, the record held no seed and such a checkpoint resumed without a word."""
     now = {**_record(False), "identity": {"seed": 0, "data_seed": None}}

@@ -277,9 +277,14 @@ class ResumableTrainerMixin:
         if self.args.should_save:
             generate_every = self.args.steps_per_generation * self.num_iterations
             files = list_files(folder)
-            write_record(folder, {"status": "complete", "step": self.state.global_step,
-                                  "inside_generation": bool(self._step % generate_every), **run_record(self),
-                                  "files": files, "digest": DIGEST, "digests": digest_files(folder, files)})
+            try:  # the record itself (JSON) can meet the full disk too: the same one line
+                write_record(folder, {"status": "complete", "step": self.state.global_step,
+                                      "inside_generation": bool(self._step % generate_every), **run_record(self),
+                                      "files": files, "digest": DIGEST, "digests": digest_files(folder, files)})
+            except Exception as err:
+                if is_write_failure(err):
+                    raise CheckpointWriteError(describe_write_failure(folder, err)) from err
+                raise
             rotate_checkpoints(output_dir=run_dir, save_total_limit=limit, use_mtime=True,
                                best_model_checkpoint=self.state.best_model_checkpoint)  # as Transformers rotates
         for pushed in pushes:
