@@ -9,7 +9,7 @@ import torch
 
 # A rollout is *correct* (positive) when its reward is strictly greater than CORRECT_THRESHOLD (0.5), the package's
 # one correctness rule (trl_explore.rewards.correctness). The component hands the bank verdicts already read with
-# ASEOptions.correct_threshold (1 correct, 0 wrong), which 0.5 splits without ambiguity.
+# ExplorationConfig.correct_threshold (1 correct, 0 wrong), which 0.5 splits without ambiguity.
 from trl_explore.rewards.correctness import CORRECT_THRESHOLD
 
 

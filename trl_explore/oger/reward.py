@@ -57,7 +57,7 @@ class OGERRewardFunction:
         entropy_refinement: False is the paper's "w/o Refinement" ablation (``D_i * R_m_i``).
         offline_column: dataset column with each prompt's offline trajectories (standalone use).
         correct_threshold: a verifier reward above it is correct (default 0.5, ``CORRECT_THRESHOLD``); inside a
-            trainer, ``OGEROptions.correct_threshold`` sets it.
+            trainer, ``ExplorationConfig.correct_threshold`` sets it.
 
     Raises:
         ValueError: ``correct_threshold`` not a finite number.
