@@ -31,8 +31,13 @@ dropped. Timings per step:
   ``oger: H_last (generate hooks)``); its reward function is timed by TRL as ``oger_reward``. ASE's bank update and
   readouts get method timers here.
 
-Generation is forced to full length (``min_new_tokens = max_completion_length``) so that every variant does
-the same amount of decoding; ``--no-force-length`` turns this off (``completions/mean_length`` is reported).
+Generation is forced to full length so that every variant does the same amount of decoding: the switch is
+``--force-length`` (on by default; ``--no-force-length`` turns it off, ``completions/mean_length`` is reported), and
+:func:`force_completion_length` sets ``min_new_tokens = max_completion_length`` on each trainer's sampler after it was
+built. It is not passed as ``generation_kwargs``: a forced length bans the end-of-sequence token, a distribution OGER's
+``H_last`` and ASE-GRPO's behaviour log-probs cannot reproduce, so the trainers' sampler guard
+(``trl_explore.sampler_settings.check_reproducible``) refuses it in training. A benchmark measures time, not those
+values, and sets it here, past the guard, for every variant alike (plain GRPO included).
 
 Ratios: median step time of a variant over the median of its baseline, plus min-max of the per-repeat ratios
 (ratio of the per-repeat means), which shows how much of a difference is noise on a shared host. Whole-step ratios
@@ -244,8 +249,6 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
         # otherwise add a backward pass through the per-token entropies that GRPOConfig's 0.0 does not
         "entropy_coef": 0.01,
     }
-    if a.force_length:
-        common["generation_kwargs"] = {"min_new_tokens": a.max_completion_length}
     kw = {"train_dataset": dataset, "processing_class": tokenizer, "callbacks": [clock]}
     if variant == "grpo":
         trainer = GRPOTrainer(model, reward_funcs=[math_reward], args=GRPOConfig(**common), **kw)
@@ -282,7 +285,25 @@ def build_trainer(variant: str, model, tokenizer, dataset, out_dir: str, a, cloc
         trainer.ase.steerer.steering = counted_steering
     else:
         raise ValueError(variant)
+    if a.force_length:
+        force_completion_length(trainer, a.max_completion_length)
     return trainer
+
+
+def force_completion_length(trainer, num_tokens: int) -> None:
+    """Benchmarking only: every completion of ``trainer``'s HF ``generate`` is ``num_tokens`` long (``min_new_tokens``,
+    the end-of-sequence token banned below it), set on the sampler TRL built (``GRPOTrainer.generation_config`` and
+    the ``generation_kwargs`` it passes to ``generate``), after the trainer's construction checks (module docstring:
+    why the sampler guard refuses it in training). Any trainer of TRL's ``GRPOTrainer`` family, HF generation only.
+
+    Raises:
+        ValueError: a trainer that samples with vLLM (its sampling parameters are built elsewhere).
+    """
+    if getattr(trainer, "use_vllm", False):
+        raise ValueError("force_completion_length: HF generation only (use_vllm=False)")
+    trainer.generation_config.min_new_tokens = num_tokens
+    if getattr(trainer, "generation_kwargs", None) is not None:
+        trainer.generation_kwargs["min_new_tokens"] = num_tokens
 
 
 def run_once(variant: str, model_kind: str, tokenizer, dataset, a) -> dict:
@@ -568,6 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="per-device train batch (prompts x generations)")
     p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (N)")
     p.add_argument("--max-completion-length", type=int, default=48, help="completion tokens (forced, see below)")
+    p.add_argument("--force-length", dest="force_length", action="store_true", default=True,
+                   help="force every completion to max_completion_length tokens (default; force_completion_length: "
+                        "benchmark-only, past the trainers' sampler guard)")
     p.add_argument("--no-force-length", dest="force_length", action="store_false",
                    help="let generation stop at EOS instead of forcing max_completion_length tokens")
     p.add_argument("--seed", type=int, default=0)

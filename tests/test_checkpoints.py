@@ -40,8 +40,10 @@ from trl_explore.checkpoints import (
     first_nonfinite,
     inspect_checkpoint,
     inspect_run,
+    is_write_failure,
     list_files,
     nonfinite_state,
+    read_record,
     write_record,
 )
 from trl_explore.driver import ExplorationTrainer
@@ -158,6 +160,63 @@ def test_compare_run_records_refuses_inside_a_generation_and_warns_at_a_boundary
     assert compare_run_records(_record(True, alpha=0.5), now) == (
         [], ["ase.steering_alpha: 0.5 in the checkpoint, 4.0 now"])
 
+
+
+def test_a_full_disk_while_the_completion_record_is_written_reads_as_one_line(tmp_path, smollm2_tokenizer,
+                                                                               monkeypatch):
+    import trl_explore.resume as resume
+
+    trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
+    real = resume.write_record
+
+    def full(folder, record):  # the disk fills after the files, while the JSON record is written
+        if record.get("status") == "complete":
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(folder, RECORD_NAME))
+        return real(folder, record)
+
+    monkeypatch.setattr(resume, "write_record", full)
+    with pytest.raises(CheckpointWriteError) as err:
+        _save(trainer, 1)
+    run = tmp_path / "run" / "checkpoint-1"
+    assert str(err.value).startswith(f"cannot save checkpoint {run}: writing {run / RECORD_NAME} failed: no space "
+                                     "left on the device (")
+    assert not inspect_checkpoint(str(run)).complete
+
+def test_a_checkpoint_of_another_seed_or_data_seed_is_named():
+    """Issue 45 item 6: before, the record held no seed and such a checkpoint resumed without a word."""
+    now = {**_record(False), "identity": {"seed": 0, "data_seed": None}}
+    assert compare_run_records({**_record(False), "identity": {"seed": 0, "data_seed": None}}, now) == ([], [])
+    other = "seed=1 in the checkpoint, 0 now (a checkpoint of another run: the resumed run continues as neither; " \
+            "give seed=1 to continue that run)"
+    assert compare_run_records({**_record(False), "identity": {"seed": 1, "data_seed": None}}, now) == ([], [other])
+    assert compare_run_records({**_record(True), "identity": {"seed": 1, "data_seed": None}}, now) == ([other], [])
+    refusals, warnings = compare_run_records({**_record(False), "identity": {"seed": 0, "data_seed": 7}}, now)
+    assert warnings[0].startswith("data_seed=7 in the checkpoint, None now")
+    assert compare_run_records(_record(False), now) == ([], [])  # a record written before identities were recorded
+
+
+def test_a_checkpoint_copied_in_from_another_run_is_named_on_resume(tmp_path, smollm2_tokenizer, caplog):
+    ours = _saving_trainer(tmp_path / "a", smollm2_tokenizer, seed=0)
+    theirs = _saving_trainer(tmp_path / "b", smollm2_tokenizer, seed=1)
+    first = _save(ours, 1)
+    copied = _save(theirs, 2)
+    target = first.parent / "checkpoint-2"
+    os.rename(copied, target)  # the other run's checkpoint, copied into this run's folder
+    assert read_record(str(first))["run_id"] != read_record(str(target))["run_id"]
+    assert read_record(str(first))["identity"] == {"seed": 0, "data_seed": None}
+    resumed = _saving_trainer(tmp_path / "a", smollm2_tokenizer, seed=0)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+        resumed._check_run_record(inspect_checkpoint(str(target)))
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "seed=1 in the checkpoint, 0 now" in text
+    assert f"{target} was written by run {read_record(str(target))['run_id']}, the first checkpoint of its folder " \
+           f"(checkpoint-1) by run {read_record(str(first))['run_id']}: it comes from another run" in text
+    caplog.clear()
+    again = _saving_trainer(tmp_path / "a", smollm2_tokenizer, seed=0)
+    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+        again._check_run_record(inspect_checkpoint(str(first)))  # its own checkpoint: not a word
+    assert not caplog.records
+    assert again._run_id == read_record(str(first))["run_id"]  # the resumed run keeps the checkpoint's run id
 
 # ---------------------------------------------------------------- the trainer's choice on resume
 @pytest.fixture
@@ -317,6 +376,41 @@ def test_describe_write_failure_names_folder_file_and_free_space(tmp_path):
     denied = PermissionError(errno.EACCES, "Permission denied", str(folder))
     assert f": writing {folder} failed: permission denied (" in describe_write_failure(str(folder), denied)
 
+
+
+@pytest.mark.parametrize("error", [
+    # safetensors 0.8 (Rust io::Error's Display), the wording the issue met: before the fix a raw 14-frame traceback
+    "safetensors:Error while serializing: I/O error: No space left on device (os error 28)",
+    "safetensors:Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on "
+    "device\" })",  # safetensors before 0.8
+    "runtime:[Errno 28] No space left on device",  # an OSError's text wrapped by another library
+    "runtime:could not write the file: No space left on device",  # only the OS's words
+    "chained:write failed",  # raised from an OSError
+])
+def test_a_full_disk_reads_as_one_line_whatever_the_writers_wording(tmp_path, error):
+    from safetensors import SafetensorError
+
+    kind, text = error.split(":", 1)
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x")
+    if kind == "safetensors":
+        err = SafetensorError(text)
+    elif kind == "runtime":
+        err = RuntimeError(text)
+    else:
+        try:
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as cause:
+                raise RuntimeError(text) from cause
+        except RuntimeError as raised:
+            err = raised
+    assert is_write_failure(err)
+    line = describe_write_failure(str(folder), err)
+    assert line.startswith(f"cannot save checkpoint {folder}: writing {folder / 'model.safetensors'} failed: no space "
+                           "left on the device (") and "\n" not in line
+    assert not is_write_failure(RuntimeError("shape mismatch (2 vs 3)"))  # not a disk error: raised as it is
 
 _HOLD = textwrap.dedent("""
     import sys, time

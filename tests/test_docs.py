@@ -40,6 +40,8 @@ NOT_RUN = {
     ("README.md", "bash scripts/install.sh && accelerate launch examples/train_oger.py"): "installs packages",
     ("README.md", "bash scripts/install.sh && python -m pytest -q tests"): "installs packages; runs the suite",
     ("README.md", 'python -m pytest -q -m "not slow" tests'): "runs the test suite itself; installs vLLM",
+    ("README.md", 'python -m pip install --dry-run --ignore-installed -q --report - ".[vllm]" | python -c "import '
+                  'json, sys; \\'): "resolves vLLM's dependencies on PyPI; installs a second environment",
     ("docs/training.md", "bash scripts/install.sh"): "installs packages",
     ("docs/training.md", 'pip install -e ".[vllm,tensorboard]"'): "8 GPUs, the Hub, days of compute",
     ("docs/offline-datasets.md",

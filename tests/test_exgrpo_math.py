@@ -151,6 +151,27 @@ def test_buffer_collects_partly_solved_groups_and_retires_solved_ones():
         _t(1, 2, logps=[-1.0])
 
 
+def test_a_group_whose_only_correct_rows_are_not_storable_adds_no_empty_entry():
+    """huggingface/trl#6804's class: OGER's teacher row is a group's only correct one. Before the fix the prompt
+    entered the buffer with 0 trajectories and replay crashed on an empty candidate list."""
+    buffer = ExperienceBuffer(num_generations=4)
+    teacher, b, c, d = _t(1), _t(2), _t(3), _t(4)
+    outcome = buffer.record_group("p", [teacher, b, c, d], [True, False, False, False],
+                                  storable=[False, True, True, True])
+    assert outcome == "unchanged" and "p" not in buffer and len(buffer) == 0 and buffer.num_trajectories() == 0
+    assert buffer.draw(["p"], 1, torch.Generator().manual_seed(0)) == []
+    # a held prompt keeps its trajectories and moves to the new bucket
+    assert buffer.record_group("p", [b, c, teacher, d], [True, False, True, False]) == "collected"
+    buffer.record_group("p", [teacher, b, c, d], [True, False, False, True], storable=[False, True, True, False])
+    assert buffer.num_correct("p") == 2 and buffer.trajectories("p") == [b, teacher]
+    # an empty entry written by an older version is dropped on load, never drawn
+    state = buffer.state_dict()
+    state["entries"].append({"key": "empty", "num_correct": 1, "trajectories": []})
+    restored = ExperienceBuffer(num_generations=4)
+    restored.load_state_dict(state)
+    assert restored.keys() == ["p"]
+
+
 def test_buffer_draws_by_bucket():
     buffer = ExperienceBuffer(num_generations=4)
     x = _t(9)

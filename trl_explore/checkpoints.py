@@ -296,10 +296,23 @@ def _jsonable(value):
     return json.loads(json.dumps(value, default=repr))
 
 
+IDENTITY_FIELDS = ("seed", "data_seed")
+"""The settings that make a run that run: ``seed`` (the model's initialisation, the components' random streams,
+``Trainer``'s RNG) and ``data_seed`` (the sampler's order). A checkpoint of another seed continues as neither run."""
+
+
+def run_id(trainer) -> str:
+    """The id of ``trainer``'s run: drawn once per trainer (12 hex digits), adopted from the checkpoint on resume, so
+    every checkpoint of one run, resumed or not, holds the same id (:func:`foreign_checkpoint`)."""
+    if getattr(trainer, "_run_id", None) is None:
+        trainer._run_id = uuid.uuid4().hex[:12]
+    return trainer._run_id
+
+
 def run_record(trainer) -> dict:
     """What a checkpoint of ``trainer`` records besides its files: ``trainer`` (class path), ``components`` (name,
-    class path and options of each, in order), ``geometry`` (:data:`GEOMETRY_FIELDS`) and ``optimizer``
-    (:func:`optimizer_settings`)."""
+    class path and options of each, in order), ``geometry`` (:data:`GEOMETRY_FIELDS`), ``optimizer``
+    (:func:`optimizer_settings`), ``identity`` (:data:`IDENTITY_FIELDS`) and ``run_id`` (:func:`run_id`)."""
     components = []
     for component in trainer.components:
         options = component.options
@@ -309,8 +322,30 @@ def run_record(trainer) -> dict:
                            "options": _jsonable(options)})
     geometry = {name: getattr(trainer.args, name, None) for name in GEOMETRY_FIELDS}
     geometry["num_iterations"] = trainer.num_iterations
+    identity = {name: getattr(trainer.args, name, None) for name in IDENTITY_FIELDS}
     return {"trainer": f"{type(trainer).__module__}.{type(trainer).__qualname__}", "components": components,
-            "geometry": geometry, "optimizer": optimizer_settings(trainer.args)}
+            "geometry": geometry, "optimizer": optimizer_settings(trainer.args), "identity": _jsonable(identity),
+            "run_id": run_id(trainer)}
+
+
+def foreign_checkpoint(checkpoint: str) -> str | None:
+    """A warning when ``checkpoint``'s run id differs from that of the first checkpoint of its folder (the lowest
+    step with a run id: the run the folder belongs to), else None: it was copied in from another run, whose log history
+    and losses the resumed run would take as its own. Records without a run id are not compared."""
+    own = (read_record(checkpoint) or {}).get("run_id")
+    if own is None:
+        return None
+    for folder in reversed(checkpoint_folders(os.path.dirname(os.path.abspath(checkpoint)))):  # oldest first
+        first = (read_record(folder) or {}).get("run_id")
+        if first is None:
+            continue
+        if first == own:
+            return None
+        name = os.path.basename(folder)
+        return (f"{checkpoint} was written by run {own}, the first checkpoint of its folder ({name}) by run {first}: "
+                f"it comes from another run (copied in?), whose log history and losses the resumed "
+                "run takes as its own")
+    return None
 
 
 def _options_differences(saved: list, current: list) -> list[str]:
@@ -349,6 +384,12 @@ def compare_run_records(saved: dict, current: dict) -> tuple[list[str], list[str
         new = current["geometry"].get(key)
         if old is not None and new is not None and old != new:
             (refusals if inside else warnings).append(f"{key}={old} in the checkpoint, {new} now")
+    for key, old in (saved.get("identity") or {}).items():  # another run's checkpoint: it continues as neither run
+        new = (current.get("identity") or {}).get(key)
+        if old != new:
+            (refusals if inside else warnings).append(
+                f"{key}={old} in the checkpoint, {new} now (a checkpoint of another run: the resumed run continues "
+                f"as neither; give {key}={old} to continue that run)")
     return refusals, warnings
 
 
@@ -431,20 +472,52 @@ class CheckpointWriteError(OSError):
 _TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "unexpected pos")
 
 
+_ERRNO_PATTERNS = (r"\bcode: (\d+)", r"\(os error (\d+)\)", r"\[Errno (\d+)\]")
+"""How writers spell the OS error in their message: safetensors before 0.8 (``IoError(Os { code: 28, kind:
+StorageFull ... })``), Rust's ``io::Error`` as safetensors 0.8 prints it (``No space left on device (os error 28)``),
+Python's ``OSError`` text (``[Errno 28] No space left on device``) wrapped by another library."""
+
+_DISK_REFUSALS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG, errno.EIO)
+"""The OS errors of a disk refusing a write."""
+
+
+def _causes(err: BaseException):
+    """``err`` and the exceptions it was raised from or while handling (``__cause__`` / ``__context__``)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
 def _errno_of(err: BaseException) -> int | None:
-    if isinstance(err, OSError):
-        return err.errno
-    match = re.search(r"code: (\d+)", str(err))  # safetensors: "IoError(Os { code: 28, kind: StorageFull ... })"
-    return int(match.group(1)) if match else None
+    """The OS error number behind ``err``, whatever the writer's wording: an ``OSError``'s ``errno``, a number in the
+    message (:data:`_ERRNO_PATTERNS`), or the OS's own text for one of :data:`_DISK_REFUSALS` (``"No space left on
+    device"``); searched along the exception's causes."""
+    for e in _causes(err):
+        if isinstance(e, OSError) and e.errno:
+            return e.errno
+        text = str(e)
+        for pattern in _ERRNO_PATTERNS:
+            match = re.search(pattern, text)
+            if match:
+                return int(match.group(1))
+        lowered = text.lower()
+        for code in _DISK_REFUSALS:
+            if os.strerror(code).lower() in lowered:
+                return code
+    return None
 
 
 def is_write_failure(err: BaseException) -> bool:
-    """Whether ``err`` (raised while saving a checkpoint) is the disk refusing a write: an ``OSError``, torch's
-    zip writer failing (``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos``, what a full disk
-    looks like through ``torch.save``) or safetensors' ``IoError``."""
+    """Whether ``err`` (raised while saving a checkpoint) is the disk refusing a write, whatever the writer and its
+    wording: an ``OSError`` (Python's ``open``/``write``, ``json.dump``), torch's zip writer failing (``RuntimeError:
+    [enforce fail at inline_container.cc:...] unexpected pos``, what a full disk looks like through ``torch.save``),
+    or any error whose message or cause carries a disk refusal (:func:`_errno_of`: safetensors' ``IoError(Os { code:
+    28 ...})`` and its 0.8 wording ``No space left on device (os error 28)``)."""
     text = str(err)
     torch_zip = isinstance(err, RuntimeError) and any(s in text for s in _TORCH_WRITE_FAILURES)
-    return isinstance(err, OSError) or torch_zip or (type(err).__name__ == "SafetensorError" and "IoError" in text)
+    return isinstance(err, OSError) or torch_zip or _errno_of(err) in _DISK_REFUSALS
 
 
 def _free_space(folder: str) -> str:

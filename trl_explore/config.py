@@ -27,6 +27,7 @@ from trl import GRPOConfig
 
 from trl_explore.data.gold_normalizers import GOLD_NORMALIZERS
 from trl_explore.precision import CPU_PRECISIONS, apply_cpu_precision
+from trl_explore.rewards.correctness import CORRECT_THRESHOLD, check_threshold
 from trl_explore.rewards.modes import GRADER_MODES
 
 
@@ -94,6 +95,11 @@ class ExplorationConfig(GRPOConfig):
             The training data's phrasing rules for its gold answers, by name (`trl_explore.data.gold_normalizers`):
             `"none"`, or `"champ"` for the embedded CHAMP set (the training scripts choose it for `champ`). Used by the
             default reward `R_m`.
+        correct_threshold (`float`, defaults to `0.5`):
+            A rollout is correct when the verifier's reward (`R_m`, the correctness reward) is above this
+            (`trl_explore.rewards.correctness`): OGER's exploration-reward gate and failed ratio, ASE-GRPO's contrast
+            pairs and route accuracies, ExGRPO's buckets, the readiness check and the dynamics probe read it. 0.5 reads
+            the papers' `{0, 1}` and DAPO-style `{-1, +1}` verifiers alike; set it for another pair (5 for `{0, 10}`).
         vllm_enforce_eager (`bool`, defaults to `False`):
             Build the colocated vLLM engine with `enforce_eager=True` (no torch.compile / CUDA graphs): faster to
             start (CPU, tests), slower to decode. Steering works in both modes.
@@ -136,6 +142,11 @@ class ExplorationConfig(GRPOConfig):
         metadata={"help": "The training data's phrasing rules for its golds: " + GOLD_NORMALIZERS.describe() + ".",
                   "choices": list(GOLD_NORMALIZERS)},
     )
+    correct_threshold: float = field(
+        default=CORRECT_THRESHOLD,
+        metadata={"help": "A rollout is correct when the verifier's reward is above this (0.5 reads {0, 1} and "
+                          "{-1, +1}): OGER's gate and failed ratio, ASE's pairs, ExGRPO's buckets."},
+    )
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
     )
@@ -172,6 +183,7 @@ class ExplorationConfig(GRPOConfig):
             raise batch_geometry_error(self, error) from None
         GRADER_MODES.check(self.grader_mode, "grader_mode")
         GOLD_NORMALIZERS.check(self.gold_normalizer, "gold_normalizer")
+        check_threshold(self.correct_threshold)
         for options_cls in options_classes(type(self)):
             options_cls.validate(self)
             options_cls.apply(self, self)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainerCallback
 
+from trl_explore.rewards.correctness import correct_mask, threshold_of
 from trl_explore.sampling.decode import rollout_sampling
 from trl_explore.sampling.seeds import isolated_rng
 
@@ -269,7 +270,8 @@ def sample_and_grade(trainer, rows: list[dict]) -> tuple[torch.Tensor, torch.Ten
     rewards = reward(prompts=prompts, completions=completions, completion_ids=completion_ids,
                      trainer_state=trainer.state, log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None,
                      **columns)
-    correct = torch.tensor([r is not None and r > 0.5 for r in rewards]).view(len(rows), group)
+    threshold = threshold_of(trainer.args)  # one rule: rewards.correctness
+    correct = correct_mask(list(rewards), threshold).view(len(rows), group)
     lengths = torch.tensor([len(ids) for ids in completion_ids]).view(len(rows), group)
     return correct, torch.tensor(truncated).view(len(rows), group), lengths
 

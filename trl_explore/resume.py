@@ -42,6 +42,7 @@ from trl_explore.checkpoints import (
     describe_torn,
     describe_write_failure,
     digest_files,
+    foreign_checkpoint,
     inspect_checkpoint,
     inspect_run,
     is_write_failure,
@@ -276,9 +277,14 @@ class ResumableTrainerMixin:
         if self.args.should_save:
             generate_every = self.args.steps_per_generation * self.num_iterations
             files = list_files(folder)
-            write_record(folder, {"status": "complete", "step": self.state.global_step,
-                                  "inside_generation": bool(self._step % generate_every), **run_record(self),
-                                  "files": files, "digest": DIGEST, "digests": digest_files(folder, files)})
+            try:  # the record itself (JSON) can meet the full disk too: the same one line
+                write_record(folder, {"status": "complete", "step": self.state.global_step,
+                                      "inside_generation": bool(self._step % generate_every), **run_record(self),
+                                      "files": files, "digest": DIGEST, "digests": digest_files(folder, files)})
+            except Exception as err:
+                if is_write_failure(err):
+                    raise CheckpointWriteError(describe_write_failure(folder, err)) from err
+                raise
             rotate_checkpoints(output_dir=run_dir, save_total_limit=limit, use_mtime=True,
                                best_model_checkpoint=self.state.best_model_checkpoint)  # as Transformers rotates
         for pushed in pushes:
@@ -403,6 +409,11 @@ class ResumableTrainerMixin:
         if changed and self.accelerator.is_main_process:
             logger.warning("resuming from %s with other optimizer or scheduler settings than it was written with: %s",
                            status.path, "; ".join(changed))
+        foreign = foreign_checkpoint(status.path)  # its run id is not that of the other checkpoints of its folder
+        if foreign and self.accelerator.is_main_process:
+            logger.warning("%s", foreign)
+        if status.record.get("run_id"):
+            self._run_id = status.record["run_id"]  # the resumed run is the checkpoint's: its later checkpoints too
 
     def _load_component_state(self, checkpoint: str) -> None:
         """Load every component's state from ``checkpoint``: its shared state (written by the main process, read by

@@ -74,6 +74,9 @@ if ! grep -q "imports ok" "$out/env.txt"; then log "an import failed: see $out/e
 # 3. the benchmark ---------------------------------------------------------------------------------------------
 common=(--tokenizer "$gpu/tokenizer/policy" --embedder-tokenizer "$gpu/tokenizer/embedder"
         --num-generations 8 --save-partial
+        # forced full-length completions: overhead.py's benchmark-only switch (force_completion_length), set on each
+        # trainer's sampler after it is built (the trainers' sampler guard refuses it as a sampling setting)
+        --force-length
         # bf16 training: oger_full's embedder already runs in bfloat16 (embedding_dtype="auto"), so the separate
         # oger_bf16emb variant of the CPU benchmark would measure the same thing twice
         --variants grpo,oger_off,oger_noreward,oger_full,ase)

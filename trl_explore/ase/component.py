@@ -51,7 +51,8 @@ from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offse
 from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation
 from trl_explore.models import unwrap_model
-from trl_explore.rewards.checks import non_binary_values, unscored_correctness_warning
+from trl_explore.rewards.checks import unscored_correctness_warning
+from trl_explore.rewards.correctness import correctness_note, correctness_values, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -288,15 +289,15 @@ class ASEComponent(Component):
         t, opts, mode, output = self.trainer, self.options, batch.mode, batch.output
         index = opts.correctness_reward_index
         correct = batch.rewards_per_func[:, index].detach().float().cpu()  # R_m of every process's completions
-        odd = non_binary_values(correct)
-        if odd and not self._warned_non_binary:  # the same gathered values on every process: all warn, once
-            self._warned_non_binary = True
-            logger.warning(
-                "ASE: reward function %r (correctness_reward_index=%d) returned values outside {0, 1, None}, e.g. "
-                "%s. The bank counts a rollout as correct when this reward is above 0.5, so a graded reward pairs "
-                "near-equal answers and a reward that is always above 0.5 builds no pairs at all. Put a verifier "
-                "(such as trl_explore.rewards.math_reward) at that index.", t.reward_func_names[index], index, odd,
-            )
+        if not self._warned_non_binary:  # the same gathered values on every process: all note it, once
+            note = correctness_note(correct, t.reward_func_names[index], "ASE", threshold_of(t.args),
+                                    detail=f"(correctness_reward_index={index})")
+            if note is not None:
+                self._warned_non_binary = True
+                logger.warning(note)
+        # one correctness rule (trl_explore.rewards.correctness): 1 correct, 0 wrong, NaN not scored; the bank and
+        # the route accuracies split these verdicts at 0.5
+        correct = correctness_values(correct, threshold_of(t.args))
         # issue 22 (input checks): a correctness reward that scored nothing, warned once
         unscored = None if getattr(self, "_warned_unscored", False) else unscored_correctness_warning(
             correct, t.reward_func_names[index], index)

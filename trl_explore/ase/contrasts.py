@@ -7,10 +7,10 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-CORRECT_THRESHOLD = 0.5
-"""A rollout is *correct* (positive) when its reward is strictly greater than this value.
-
-ASE rewards are verifier outcomes in {0, 1}, so 0.5 splits them without ambiguity."""
+# A rollout is *correct* (positive) when its reward is strictly greater than CORRECT_THRESHOLD (0.5), the package's
+# one correctness rule (trl_explore.rewards.correctness). The component hands the bank verdicts already read with
+# ExplorationConfig.correct_threshold (1 correct, 0 wrong), which 0.5 splits without ambiguity.
+from trl_explore.rewards.correctness import CORRECT_THRESHOLD
 
 
 def contrast_pairs(

@@ -277,7 +277,8 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
                      batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False,
-                     prompt_format: str = "training", problems=None, fast_decode: bool = True) -> HeldoutResult:
+                     prompt_format: str = "training", problems=None, chat_template_kwargs: dict | None = None,
+                     chat_template: str | None = None, fast_decode: bool = True) -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with
     ``greedy``, one greedy completion per problem, graded like the training reward.
 
@@ -296,6 +297,11 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
         prompt_format: how the problems are asked (:data:`HELDOUT_PROMPT_FORMATS`; default ``"training"``).
         problems: the rows to evaluate instead (benchmark rows with their own prompts, e.g. your own held-out
             problems: :func:`trl_explore.evaluation.own_data.own_rows`); ``benchmark`` then only names them.
+        chat_template_kwargs, chat_template: the training run's rendering settings
+            (``GRPOConfig.chat_template_kwargs``, TRL's ``chat_template``;
+            :func:`trl_explore.sampling.render.rendering_of`), so that the ``"training"``
+            format asks the prompt the policy was trained on (a thinking model's ``{"enable_thinking": False}``);
+            default none.
         fast_decode: sample with the package's decoder (:mod:`trl_explore.sampling.decode`, default) or with
             ``model.generate`` (False); the same distribution, other samples for one seed.
 
@@ -313,6 +319,7 @@ def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str 
     dataset = problems if problems is not None else heldout_problems(benchmark, split, levels, num_problems,
                                                                       prompt_format)
     generator = TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress,
+                                      chat_template_kwargs=chat_template_kwargs, chat_template=chat_template,
                                       fast_decode=fast_decode)
     plan = SamplingPlan(num_samples=num_samples, temperature=temperature, top_p=1.0, top_k=0,
                         max_new_tokens=max_new_tokens)

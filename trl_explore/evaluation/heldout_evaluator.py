@@ -20,6 +20,7 @@ from trl_explore.evaluation.heldout import (
     heldout_problems,
     heldout_table,
 )
+from trl_explore.sampling.render import rendering_of
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +126,18 @@ class HeldoutEvaluator:
 
         bars = not nesting_garbles(open_training_bar(t))  # minutes on a CPU; none nested in a log during training
 
+        # the prompt as training renders it (trl_explore.sampling.render): chat_template_kwargs, TRL's chat template;
+        # the cache key names them only when set, so entries of runs without them keep matching
+        rendering = rendering_of(t)
+        rendered = {k: v for k, v in rendering.items() if v}
+
         def evaluate():
             with autocast:
                 return evaluate_heldout(model, t.processing_class, **settings, problems=rows if own else None,
-                                        show_progress=bars)
+                                        show_progress=bars, **rendering)
 
-        return cached_evaluation(model, {**settings, "problems": problems, **precision}, evaluate, cache=o.eval_cache)
+        return cached_evaluation(model, {**settings, "problems": problems, **precision, **rendered}, evaluate,
+                                 cache=o.eval_cache)
 
     def took(self, label: str) -> str:
         """How long the ``label`` evaluations took over every format (or that the cache answered), for the log."""

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 import torch
 
 from trl_explore.components import Component, Needs
+from trl_explore.rewards.correctness import correctness_values, threshold_of
 
 
 def online_token_mean(values: torch.Tensor, completion_mask: torch.Tensor, is_offline: torch.Tensor | None = None):
@@ -176,7 +177,9 @@ class DynamicsProbe(Component):
         from trl_explore.rewards.math_verify_reward import extract_answer
 
         t, rollout, mode = self.trainer, batch.rollout, batch.mode
-        correct = batch.rewards_per_func[:, self.correctness_reward_index].detach().float().cpu().tolist()
+        correct = batch.rewards_per_func[:, self.correctness_reward_index].detach().float().cpu()
+        threshold = threshold_of(t.args)  # one rule: rewards.correctness
+        correct = correctness_values(correct, threshold).tolist()  # 1 correct, 0 wrong, NaN not scored
         online_local = [not off for off in rollout.offline]
         online = gather_object(online_local)
         group = rollout.num_generations

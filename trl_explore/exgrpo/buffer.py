@@ -112,7 +112,10 @@ class ExperienceBuffer:
             collect: False before replay has started (the authors collect only once mixing is on; retirement applies
                 from the first step).
             storable: ``K`` bools, the rows whose completion may be stored (default all): the policy's own rollouts,
-                not rows another method wrote (e.g. OGER's teacher rows, which still count in ``k``).
+                not rows another method wrote (e.g. OGER's teacher rows, which still count in ``k``), and not rows
+                masked out of the loss (truncated completions under ``mask_truncated_completions``). A prompt
+                enters the buffer only with at least one stored trajectory: a group whose only correct rows are not
+                storable leaves a new prompt out (and moves a held prompt to bucket ``k``, its trajectories kept).
 
         Returns:
             ``"retired"``, ``"collected"``, ``"ignored"`` (already retired) or ``"unchanged"``.
@@ -133,14 +136,20 @@ class ExperienceBuffer:
             return "retired"
         if k == 0 or not collect:
             return "unchanged"
-        entry = self._entries.setdefault(key, _Entry(k, []))
-        entry.num_correct = k
-        stored = {t.completion_ids for t in entry.trajectories}
         storable = [True] * k_total if storable is None else storable
+        entry = self._entries.get(key)
+        stored = set() if entry is None else {t.completion_ids for t in entry.trajectories}
+        new = []
         for trajectory, ok, own in zip(completions, correct, storable):
             if ok and own and trajectory.completion_ids not in stored:
-                entry.trajectories.append(trajectory)
+                new.append(trajectory)
                 stored.add(trajectory.completion_ids)
+        if entry is None and not new:  # every correct row was another method's (or not storable): nothing to replay
+            return "unchanged"
+        if entry is None:
+            entry = self._entries[key] = _Entry(k, [])
+        entry.num_correct = k
+        entry.trajectories.extend(new)
         return "collected"
 
     # ---------------------------------------------------------------- drawing
@@ -155,7 +164,7 @@ class ExperienceBuffer:
         Returns:
             The drawn prompts, in the order of ``candidates`` (``min(num_draws, held candidates)`` of them).
         """
-        held = [key for key in dict.fromkeys(candidates) if key in self._entries]
+        held = [key for key in dict.fromkeys(candidates) if key in self._entries and self._entries[key].trajectories]
         buckets: dict[int, list[str]] = {}
         for key in held:
             buckets.setdefault(self._entries[key].num_correct, []).append(key)
@@ -207,5 +216,5 @@ class ExperienceBuffer:
                 Trajectory(tuple(int(i) for i in t["completion_ids"]),
                            None if t["behaviour_logps"] is None else tuple(float(x) for x in t["behaviour_logps"]))
                 for t in e["trajectories"]])
-            for e in state["entries"]
+            for e in state["entries"] if e["trajectories"]  # an empty entry (older versions) has nothing to replay
         }

@@ -15,6 +15,9 @@ Per training generation:
   (rows another component wrote, e.g. OGER's teacher rows, count in the pass rate but are not stored) of partly
   solved prompts (once replay has started) with their behaviour log-probs (``Needs.behaviour_logps``: TRL's
   ``old_per_token_logps`` when it makes them for the sampling distribution), and the delayed start.
+* ``loss_batch`` (each micro-batch): the replayed rows' ``old_per_token_logps`` become the current log-probs
+  (detached), so TRL's ratio is 1 on them and its clip never acts, whatever ``num_iterations`` (ExGRPO's replayed
+  term has no clip).
 * ``advantages`` (each micro-batch): a replayed token's advantage is multiplied by
   :func:`~trl_explore.exgrpo.experience.replay_advantage_scale`, so that TRL's own objective on it has the gradient of
   the paper's shaped term ``-A * w / (w + gamma)``; on-policy rows are untouched.
@@ -49,6 +52,7 @@ from trl_explore.exgrpo.experience import (
     replay_starts,
 )
 from trl_explore.exgrpo.options import ExGRPOOptions
+from trl_explore.rewards.correctness import correct_mask, correctness_note, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +88,7 @@ class ExGRPOComponent(Component):
         super().__init__(options)
         self.buffer: ExperienceBuffer | None = None
         self._replayed: dict[int, Trajectory] = {}  # this generation: local row -> the replayed trajectory
+        self._noted_values = False  # a verifier outside {0, 1} was noted (once)
 
     def setup(self, trainer):
         super().setup(trainer)
@@ -107,7 +112,7 @@ class ExGRPOComponent(Component):
         for g, key in enumerate(keys):
             sampled = [i for i in range(g * k_total, (g + 1) * k_total)
                        if rollout.owner[i] is None and not rollout.offline[i]]
-            if sampled and key in self.buffer and key not in slots:
+            if sampled and key in self.buffer and key not in slots and self._replayable(key):
                 slots[key] = sampled[-1]
         generator = self.generator(self.trainer.accelerator.process_index)
         count = num_replayed_groups(num_groups, opts.replay_ratio, len(slots))
@@ -115,6 +120,8 @@ class ExGRPOComponent(Component):
         if not drawn:
             return rollout
         chosen = self._choose_trajectories(rollout, [(key, slots[key]) for key in drawn], generator)
+        if not chosen:
+            return rollout
         tokenizer = self.trainer.processing_class
         swaps = {}
         for row, trajectory in chosen.items():
@@ -125,9 +132,26 @@ class ExGRPOComponent(Component):
         self._replayed = chosen
         return rollout.swap_rows(self.name, swaps)
 
+    def _ended(self, completion_ids) -> bool:
+        """Whether a completion ended (its last id one TRL's ``mask_truncated_completions`` counts as an ending:
+        ``eos_and_pad``, ``trl_contract``); always True when that option is off (every row then reaches the loss)."""
+        if not self.trainer.args.mask_truncated_completions:
+            return True
+        ends = {*self.trainer.eos_token_ids, self.trainer.processing_class.pad_token_id}
+        return len(completion_ids) > 0 and int(completion_ids[-1]) in ends
+
+    def _replayable(self, key: str) -> list[Trajectory]:
+        """The prompt's stored trajectories that TRL's loss would not mask out (a buffer from a run without
+        ``mask_truncated_completions`` may hold truncated ones; they are kept, not replayed)."""
+        return [t for t in self.buffer.trajectories(key) if self._ended(t.completion_ids)]
+
     def _choose_trajectories(self, rollout, drawn: list[tuple[str, int]], generator) -> dict[int, Trajectory]:
-        """``{row: trajectory}``: for each drawn ``(prompt, row)``, the stored trajectory to replay."""
-        candidates = {row: self.buffer.trajectories(key) for key, row in drawn}
+        """``{row: trajectory}``: for each drawn ``(prompt, row)``, the stored trajectory to replay (drawn prompts
+        hold at least one replayable trajectory: ``edit_scored`` offers no other)."""
+        candidates = {row: self._replayable(key) for key, row in drawn}
+        candidates = {row: options for row, options in candidates.items() if options}
+        if not candidates:
+            return {}
         if self.options.trajectory_selection == "random":
             return {row: options[int(torch.randint(len(options), (1,), generator=generator))]
                     for row, options in candidates.items()}
@@ -173,10 +197,17 @@ class ExGRPOComponent(Component):
         rollout, opts = batch.rollout, self.options
         num_local = rollout.num_rows
         process = self.trainer.accelerator.process_index
-        verifier = batch.rewards_per_func[:, 0]
-        correct_all = torch.nan_to_num(verifier, nan=float("-inf")) >= opts.correct_threshold
+        verifier, threshold = batch.rewards_per_func[:, 0], threshold_of(self.trainer.args)
+        if not self._noted_values:  # the same gathered values on every process: each notes it once
+            note = correctness_note(verifier, self.trainer.reward_func_names[0], "ExGRPO", threshold,
+                                    detail="(the first reward function: buckets, retirement, replay start)")
+            self._noted_values = note is not None
+            if note is not None and self.trainer.accelerator.is_main_process:
+                logger.warning(note)
+        correct_all = correct_mask(verifier, threshold)  # one rule: trl_explore.rewards.correctness
         local_correct = correct_all[process * num_local:(process + 1) * num_local].tolist()
         behaviour = batch.behaviour_logps
+        in_loss = batch.output["completion_mask"].sum(dim=1).gt(0).tolist()
         k_total = rollout.num_generations
         groups = []
         for g in range(num_local // k_total):
@@ -190,7 +221,9 @@ class ExGRPOComponent(Component):
                 elif behaviour is not None:
                     logps = tuple(float(x) for x in behaviour[i, : len(ids)].tolist())
                 trajectories.append(Trajectory(ids, logps))
-            own = [rollout.owner[i] is None and not rollout.offline[i] for i in rows]  # the policy's own samples
+            # stored: the policy's own samples (not another method's rows) that TRL's loss trains on (a row with an
+            # all-zero completion mask, e.g. truncated under mask_truncated_completions, is neither trained nor kept)
+            own = [rollout.owner[i] is None and not rollout.offline[i] and bool(in_loss[i]) for i in rows]
             groups.append((prompt_key(rollout.rows[g * k_total]), trajectories, [local_correct[i] for i in rows], own))
         if self.trainer.accelerator.num_processes > 1:
             groups = gather_object(groups)
@@ -200,6 +233,21 @@ class ExGRPOComponent(Component):
             self.buffer.started = True
 
     # ---------------------------------------------------------------- loss
+    def loss_batch(self, call):
+        # TRL clips its ratio r = pi_theta / old_per_token_logps; with num_iterations > 1 (or more generation steps
+        # than accumulation steps) r drifts from 1 after the first update and a clipped replayed token would get no
+        # gradient, where ExGRPO's replayed term has no clip (§3.2). For the replayed rows, the batch TRL's objective
+        # sees takes the current log-probs (detached) as `old_per_token_logps`: r = 1 there, the clip never acts, and
+        # `advantages` sets the whole shaped gradient through its factor (its `old` is then the current log-probs).
+        if call.mode != "train" or REPLAYED not in call.inputs:
+            return call.batch
+        old = call.batch.get("old_per_token_logps")
+        replayed = call.inputs[REPLAYED].bool()
+        if old is None or not replayed.any():
+            return call.batch
+        current = call.forward.logps.detach().to(old.dtype)
+        return {**call.batch, "old_per_token_logps": torch.where(replayed[:, None], current, old)}
+
     def advantages(self, call):
         if call.mode != "train" or REPLAYED not in call.inputs:
             return call.advantages
@@ -208,7 +256,7 @@ class ExGRPOComponent(Component):
             return call.advantages
         logps = call.forward.logps
         behaviour = call.inputs[BEHAVIOUR] if self.options.importance_correction else logps.detach()
-        old = call.inputs.get("old_per_token_logps")
+        old = call.batch.get("old_per_token_logps")  # the replayed rows' are the current log-probs (loss_batch)
         old = logps.detach() if old is None else old
         scale = replay_advantage_scale(logps, behaviour, old, self.options.policy_shaping_gamma)
         factor = torch.where(replayed[:, None], scale, torch.ones_like(scale))

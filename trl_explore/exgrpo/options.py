@@ -42,8 +42,10 @@ class ExGRPOOptions(ComponentOptions):
             first update).
         policy_shaping_gamma (`float`, defaults to `0.1`):
             gamma of the shaping `f(w) = w / (w + gamma)` of replayed tokens (authors' `p_div_p_0.1`).
-        correct_threshold (`float`, defaults to `1.0`):
-            A rollout is correct when the first reward function (the verifiable reward R_m) gives at least this.
+
+    A rollout is correct when the first reward function (the verifiable reward R_m) gives more than the shared option
+    `ExplorationConfig.correct_threshold` (default 0.5; `trl_explore.rewards.correctness`, the rule OGER and
+    ASE-GRPO read too): buckets, retirement and the replay start use it.
 
     Checks against the training configuration (`apply`): groups of at least 2, whole groups on every process,
     `loss_type` one of `grpo`, `bnpo`, `dr_grpo`, `dapo` and token-level importance sampling (the replayed tokens'
@@ -77,9 +79,6 @@ class ExGRPOOptions(ComponentOptions):
     policy_shaping_gamma: float = field(
         default=0.1, metadata={"help": "gamma of the replayed-token shaping f(w) = w / (w + gamma)."}
     )
-    correct_threshold: float = field(
-        default=1.0, metadata={"help": "A rollout is correct when the first reward function gives at least this."}
-    )
 
     def validate(self) -> None:
         for name in ("replay_ratio", "replay_start_pass_rate"):
@@ -96,8 +95,6 @@ class ExGRPOOptions(ComponentOptions):
         if not isinstance(self.importance_correction, bool):
             raise self.error(f"importance_correction must be a bool, got {self.importance_correction!r}",
                              TypeError)
-        if not math.isfinite(self.correct_threshold):
-            raise self.error(f"correct_threshold must be finite, got {self.correct_threshold!r}")
 
     def apply(self, args) -> None:
         if args.num_generations < 2:

@@ -45,6 +45,7 @@ from trl_explore.oger.policy_shaping import (
     policy_shaping_per_token_loss,
 )
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
+from trl_explore.rewards.correctness import threshold_of
 from trl_explore.rewards.math_verify_reward import completion_text
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class OGERComponent(Component):
         for func, oger in zip(reward_funcs, is_oger):
             if oger:
                 func.entropy_refinement = opts.entropy_refinement
+                func.correct_threshold = threshold_of(args)  # one correctness rule (rewards.correctness)
         if args.reward_weights is None:
             args.reward_weights = [0.0 if oger and not opts.use_exploration_reward else 1.0 for oger in is_oger]
         elif not opts.use_exploration_reward and any(w != 0 for w, o in zip(args.reward_weights, is_oger) if o):
@@ -285,8 +287,12 @@ class OGERComponent(Component):
         self.generation = OGERGeneration(rollout.mode, tuple(is_offline), tuple(teacher), tuple(div_values),
                                          tuple(entropy_values), num_truncated, need_div, pending_entropy, embed_cut)
         offline = tuple(a or b for a, b in zip(rollout.offline, is_offline))
+        # every replaced row is OGER's, named here: the driver infers an owner from changed ids or text only, and a
+        # teacher text the policy sampled word for word (the ladder's `terse` style, which its worked example
+        # teaches) would stay unowned, its teacher name lost in the reward kwargs and the completion log
+        owner = tuple(self.name if off else o for o, off in zip(rollout.owner, is_offline))
         return dataclasses.replace(rollout, completion_ids=completion_ids, completions=completions, logprobs=logprobs,
-                                   tool_mask=tool_mask, offline=offline)
+                                   tool_mask=tool_mask, offline=offline, owner=owner)
 
     def observe_forward(self, result):
         gen = self.generation

@@ -7,6 +7,7 @@ With ``reward_funcs=[math_reward, OGERRewardFunction()]`` (weights 1, 1) TRL's s
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable
 
@@ -15,11 +16,19 @@ import torch
 from trl_explore.oger import fields
 from trl_explore.oger.exploration import divergence as divergence_fn
 from trl_explore.oger.exploration import exploration_reward
+from trl_explore.rewards.correctness import CORRECT_THRESHOLD, check_threshold, correctness_note, correctness_values
 from trl_explore.rewards.math_verify_reward import completion_text
+
+logger = logging.getLogger(__name__)
 
 
 class OGERRewardFunction:
     """Returns ``R_OGER_i = D_i * exp(-H_last_i) * R_m_i`` per completion, 0 for offline rows (Eq. 7-8).
+
+    ``R_m_i`` here is the verifier's verdict read with the package's correctness rule
+    (:mod:`trl_explore.rewards.correctness`): 1 when the verifier's reward is above ``correct_threshold`` (default
+    0.5), else 0. For a verifier in ``{0, 1}`` (the paper's) that is its reward itself; a ``+1 / -1`` verifier
+    (DAPO-style) gives wrong answers ``R_OGER = 0``, as the paper's gate means, not ``-D exp(-H)``.
 
     Inside :class:`~trl_explore.OGERTrainer` it reads, per completion, from TRL's reward kwargs (the
     trainer puts them there, :mod:`trl_explore.oger.fields`): ``oger_is_offline`` (bool), ``oger_divergence``
@@ -34,11 +43,12 @@ class OGERRewardFunction:
 
     It also logs, through TRL's ``log_metric`` / ``log_extra`` kwargs when present: ``oger/reward_mean``
     and ``oger/reward_max`` (over online rows; the max is per process, averaged over processes),
-    ``oger/failed_ratio`` (scored online rows with ``R_m = 0``), and per-completion columns ``is_offline``,
+    ``oger/failed_ratio`` (scored online rows read as wrong), and per-completion columns ``is_offline``,
     ``teacher``, ``divergence``, ``last_token_entropy``, ``R_OGER``.
 
     Args:
-        verifier: a TRL reward function giving ``R_m`` in ``{0, 1}``; sync or async (an async verifier makes this an
+        verifier: a TRL reward function giving ``R_m`` (``{0, 1}`` in the paper; other values are read with
+            ``correct_threshold``); sync or async (an async verifier makes this an
             :class:`AsyncOGERRewardFunction`, which TRL awaits). A None (or NaN) verdict stays None ("not
             scored"): with ``reward_funcs=[verifier, OGERRewardFunction(verifier=verifier)]`` such a row is unscorable
             for TRL (advantage 0, counted in ``rewards/unscorable``), as with ``verifier`` alone
@@ -46,6 +56,11 @@ class OGERRewardFunction:
         encoder: a :class:`~trl_explore.oger.embedding.TrajectoryEncoder` for standalone use.
         entropy_refinement: False is the paper's "w/o Refinement" ablation (``D_i * R_m_i``).
         offline_column: dataset column with each prompt's offline trajectories (standalone use).
+        correct_threshold: a verifier reward above it is correct (default 0.5, ``CORRECT_THRESHOLD``); inside a
+            trainer, ``ExplorationConfig.correct_threshold`` sets it.
+
+    Raises:
+        ValueError: ``correct_threshold`` not a finite number.
     """
 
     def __new__(cls, verifier: Callable | None = None, *args, **kwargs):
@@ -61,6 +76,7 @@ class OGERRewardFunction:
         encoder=None,
         entropy_refinement: bool = True,
         offline_column: str = "offline_completions",
+        correct_threshold: float = CORRECT_THRESHOLD,
     ):
         if verifier is None:
             from trl_explore.rewards.math_verify_reward import math_reward as verifier  # noqa: N813
@@ -68,6 +84,8 @@ class OGERRewardFunction:
         self.encoder = encoder
         self.entropy_refinement = entropy_refinement
         self.offline_column = offline_column
+        self.correct_threshold = check_threshold(correct_threshold)
+        self._noted_values = False
         self.__name__ = "oger_reward"
 
     def _divergence(self, completions, kwargs) -> torch.Tensor:
@@ -130,6 +148,15 @@ class OGERRewardFunction:
         else:
             entropy_in = [0.0] * n
         correctness = [None if c is None or math.isnan(float(c)) else float(c) for c in correctness]  # NaN: TRL's None
+        if not self._noted_values:
+            name = getattr(self.verifier, "__name__", type(self.verifier).__name__)
+            note = correctness_note(correctness, name, "OGER", self.correct_threshold)
+            if note is not None:
+                self._noted_values = True
+                logger.warning(note)
+        # the verdicts, 1 correct / 0 wrong / None not scored (trl_explore.rewards.correctness)
+        correctness = [None if math.isnan(v) else v
+                       for v in correctness_values(correctness, self.correct_threshold).tolist()]
         scored = unscored_as_nan(correctness, div_in, entropy_in, is_offline, self.entropy_refinement)
         r_m = torch.tensor([0.0 if c is None else c for c in correctness])
         div = torch.tensor([0.0 if d is None else float(d) for d in div_in])

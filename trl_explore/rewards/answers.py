@@ -307,6 +307,9 @@ def read_prediction(text: str, options: GraderOptions) -> list:
 # not a letter ("2x", "5cm": an implicit product or a unit), both left to Math-Verify.
 _CONTINUES = re.compile(r"[\^(*/_%]|\\%|[eE][-+]?\d|\s*(?:[x×*]|\\times|\\cdot)\s*10\s*\^")
 _BEFORE_MIXED_FRACTION = re.compile(r"\d\s+$")
+# after "12 %": a number, or a bracket opening on one, is the operand of the % operator
+_MODULO_OPERAND = re.compile(r"\s*(?:[-+]?\d|\(\s*[-+]?\d)")
+_PERCENT_OPERATION = re.compile(r"\s*\\?%\s*(?:[-+]?\d|\(\s*[-+]?\d)")
 _PLAIN_PERCENT = re.compile(r"[-+]?\d[\d.,]*\s*\\?%")  # a number and its percent sign ("12.5\\%")
 _POWER_OF_TEN = re.compile(r"(\d)\s*[x×]\s*(10\s*\^)")
 # Where the expression ends: a sentence or clause break, a new line, a dollar sign, or a prose word.
@@ -326,14 +329,20 @@ def operator_expression(text: str) -> list | None:
     Returns:
         None: Math-Verify's reading is not a fragment (a box, no operator after it). ``[]``: it is a fragment and the
         whole expression has no certain reading (it does not parse whole; a percent sign after an operator,
-        ``(3/8)%``, which Math-Verify's percent reading would take as ``3/(8%)``). Else ``[sympy object, text]``.
+        ``(3/8)%``, which Math-Verify's percent reading would take as ``3/(8%)``; a percent sign followed by an
+        operand, ``12 % 5``, the remainder operator of programming languages, which Math-Verify reads as 12
+        percent). Else ``[sympy object, text]``.
     """
     from trl_explore.rewards.guards import locate_answer
 
     if _last_box(text)[0] is not None:
         return None
     span = locate_answer(text)
-    if span is None or not _CONTINUES.match(text, span.value_end):
+    if span is None:
+        return None
+    if text[span.value_start : span.value_end].rstrip().endswith("%") and _MODULO_OPERAND.match(text, span.value_end):
+        return []  # "12 % 5": a percent sign with an operand after it is an operation, not 12 percent (issue 45)
+    if not _CONTINUES.match(text, span.value_end):
         return None
     start = span.value_start
     if text[start : span.value_end].strip() != span.answer.strip():
@@ -417,11 +426,15 @@ def conclusion_answer_text(text: str) -> str | None:
 
 
 def _ends_mid_expression(text: str, answer: str) -> bool:
-    """True if the last ``answer`` in ``text`` is followed by ``^ _ ( ! * /`` or a letter/digit ("2" of "2^(n-1)")."""
+    """True if the last ``answer`` in ``text`` is followed by ``^ _ ( ! * /`` or a letter/digit ("2" of "2^(n-1)"), or
+    by a percent sign with an operand after it ("12 % 5")."""
     position = text.rfind(answer)
     if position < 0:
         return False
-    following = text[position + len(answer) : position + len(answer) + 1]
+    rest = text[position + len(answer) :]
+    if _PERCENT_OPERATION.match(rest) or (answer.rstrip().endswith("%") and _MODULO_OPERAND.match(rest)):
+        return True  # "12 % 5": the % operator with its operand, not 12 percent
+    following = rest[:1]
     return bool(following) and (following in "^_(!*/" or following.isalnum())
 
 
@@ -445,8 +458,14 @@ def _strict_prediction(text: str) -> list:
     return parsed
 
 
+_INFTY_IN_WORD = re.compile(r"\\infty(?=[A-Za-z])")
+"""Math-Verify rewrites every ``inf`` to ``\\infty``, inside words too ("infinitely" -> ``\\inftyinitely``)."""
+
+
 def extract(completion: Any, options: GraderOptions = GraderOptions()) -> str | None:
-    """The final answer of a completion as the mode reads it, as text (``None``: no answer)."""
+    """The final answer of a completion as the mode reads it, as text (``None``: no answer). The letters ``inf``
+    inside a word stay letters (Math-Verify's normalisation writes ``\\text{\\inftyinitely many}`` for "infinitely
+    many"; its verdicts compare both sides normalised alike, the text shown is the completion's)."""
     text = completion_text(completion)
     if options.mode in ("boxed", "strict"):
         boxed = last_boxed_content(text)
@@ -454,7 +473,7 @@ def extract(completion: Any, options: GraderOptions = GraderOptions()) -> str | 
             return boxed
     strings = [value for value in read_prediction(text, options) if isinstance(value, str)]
     if strings:
-        return strings[-1].strip() or None
+        return _INFTY_IN_WORD.sub("inf", strings[-1].strip()) or None
     if options.mode == "strict":
         found = mv_parse(text[-_TAIL_CHARS:], [_YES_NO_CONFIG])
         strings = [value for value in found if isinstance(value, str)]

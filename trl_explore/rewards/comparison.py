@@ -103,8 +103,14 @@ def _with_texts(parsed: list) -> list[tuple[Any, str]]:
     return pairs
 
 
-def passes_guards(gold_parsed: list, prediction: list, guards: frozenset) -> bool:
-    """Whether some pair of gold and predicted forms that Math-Verify calls equal passes every guard."""
+def passes_guards(gold_parsed: list, prediction: list, guards: frozenset, gold_text: str | None = None) -> bool:
+    """Whether some pair of gold and predicted forms that Math-Verify calls equal passes every guard (``gold_text``:
+    the gold as written, for ``"equation_variable"``, as a plain-text gold ``x = 3`` is read as its value)."""
+    if "equation_variable" in guards and gold_text is not None:
+        solved = _gold_solved_for(gold_text)
+        if solved is not None and all(_solved_for(p) not in (None, solved) for p in prediction
+                                      if not isinstance(p, str)) and any(not isinstance(p, str) for p in prediction):
+            return False  # "y = 3" against the gold "x = 3"
     pairs = itertools.product(_with_texts(gold_parsed), _with_texts(prediction))
     for (gold, gold_text), (predicted, predicted_text) in pairs:
         if not mv_verify([gold], [predicted]):
@@ -117,8 +123,39 @@ def passes_guards(gold_parsed: list, prediction: list, guards: frozenset) -> boo
             continue
         if "chained_equality" in guards and _chain_against_other(gold, predicted):
             continue
+        if "equation_variable" in guards and _equation_in_another_variable(gold, predicted):
+            continue
         return True
     return False
+
+
+def _solved_for(form: Any) -> frozenset | None:
+    """The names of the variables an answer is solved for: ``{"x"}`` for ``x = 3``, ``{"a", "b"}`` for ``a = 2,
+    b = 3`` (a set or tuple of such equalities); None for anything else (a value, an equation whose left side is not
+    one variable)."""
+    terms = list(form) if isinstance(form, (sympy.FiniteSet, sympy.Tuple, tuple, list)) else [form]
+    if not terms or not all(isinstance(t, sympy.Equality) and isinstance(t.lhs, sympy.Symbol) for t in terms):
+        return None
+    # by lower-case name: Math-Verify's symbols may carry assumptions, and it reads ``D`` as ``d``
+    return frozenset(str(t.lhs).lower() for t in terms)
+
+
+_GOLD_EQUATION = re.compile(r"\s*\$*\s*([A-Za-z])\s*=\s*([^=]+?)\s*\$*\s*")
+
+
+def _gold_solved_for(gold_text: str) -> frozenset | None:
+    """``{"x"}`` for a gold written ``x = <value>`` (one variable, one equals sign), else None."""
+    match = _GOLD_EQUATION.fullmatch(gold_text or "")
+    return frozenset({match.group(1).lower()}) if match else None
+
+
+def _equation_in_another_variable(gold: Any, prediction: Any) -> bool:
+    """True iff both answers are solved for variables and not for the same ones: ``y = 3`` against ``x = 3``.
+
+    Math-Verify compares an equality by its right-hand side, so it equates ``y = 3`` with ``x = 3``; a bare value
+    (``3``) against ``x = 3`` stays Math-Verify's verdict (issue 45: "a boxed equation in another variable")."""
+    a, b = _solved_for(gold), _solved_for(prediction)
+    return a is not None and b is not None and a != b
 
 
 def _chain_against_other(gold: Any, prediction: Any) -> bool:
@@ -217,7 +254,8 @@ def recalled_text(text: str, gold: str, gold_parsed: list, prediction: list, opt
     except GoldAnswerError:
         return None
     prediction = read_prediction(rewritten_text, options)
-    if prediction and mv_verify(gold_parsed, prediction) and passes_guards(gold_parsed, prediction, options.guards):
+    if prediction and mv_verify(gold_parsed, prediction) and passes_guards(gold_parsed, prediction, options.guards,
+                                                                           gold):
         return rewritten_text
     return None
 

@@ -48,6 +48,8 @@ verdict on Math-Verify's published default-setting test cases):
   equality by its right-hand side, so it equates ``a=b=c`` with ``c`` and ``a=c``).
 * ``"unclosed_box"``: a completion whose last ``\\boxed{`` is never closed (cut off inside its answer) has no answer
   (Math-Verify reads one).
+* ``"equation_variable"``: an equation solved for another variable than the gold's (``y = 3`` against ``x = 3``;
+  Math-Verify compares an equality by its right-hand side) is not equal to it.
 * ``"hedge"``, ``"unterminated"``, ``"retraction"``, ``"prompt_echo"``, ``"mixed_number"``: hedged and unfinished
   answers (several values offered; a completion cut off with no boxed or phrase-anchored answer; an answer taken
   back or declared impossible; an unevaluated expression copied from the prompt; a mixed number read as its value),
@@ -146,7 +148,7 @@ def grade(
         prediction = [mixed, str(mixed)]
     graded = None
     if prediction and mv_verify(gold_parsed, prediction):
-        if not passes_guards(gold_parsed, prediction, options.guards):
+        if not passes_guards(gold_parsed, prediction, options.guards, gold):
             return False
         graded = text
     elif options.recall and options.mode in ("math_verify", "boxed"):

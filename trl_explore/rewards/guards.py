@@ -15,10 +15,12 @@ is", "answer:"); 300 is a bare number or LaTeX anywhere.
   (or, after an answer phrase, by commas), and differ in value ("1/2 or 0.5" is one answer). Never applied when the
   gold has several values (a set, tuple, interval, list or system), which such a list may legitimately state.
 * ``"unterminated"``: a completion that did not end (its last token is not an EOS; known only where the reward gets
-  ``completion_ids`` and the EOS ids) and that has no boxed or phrase-anchored answer: Math-Verify would read the
+  ``completion_ids`` and the EOS ids), or whose text visibly stops mid-sentence (:func:`ends_mid_sentence`: on "by",
+  "of", "the", an operator, a comma), and that has no boxed or phrase-anchored answer: Math-Verify would read the
   last number of prose cut off mid-sentence.
 * ``"retraction"``: the answer is followed by words that take it back or declare it impossible ("Wait, that is
-  wrong", "I made a mistake", "no such number exists", "which is impossible"). An answer restated after the
+  wrong", "I made a mistake", "no such number exists", "which is impossible"), or by a correction that states
+  another value ("The answer is 5. Wait, actually it is 6.": :func:`corrected_after`). An answer restated after the
   retraction is what Math-Verify reads, so it is not affected.
 * ``"prompt_echo"``: the answer is an unevaluated expression copied from the prompt ("The math solution for 9 + 8 is
   x." for "What is 9 + 8?", gold 17: Math-Verify evaluates ``9 + 8``). Applies where the reward gets the prompts, to
@@ -204,6 +206,16 @@ _NEXT_SENTENCE = re.compile(
 )
 _SAME_SENTENCE = re.compile(rf"\bwhich{_BAD}", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
+# words that correct an answer by stating another value after them ("The answer is 5. Wait, actually it is 6."):
+# a retraction only when the value that follows differs from the answer ("Wait, actually it is 5" confirms it)
+_CORRECTION = re.compile(
+    r"|".join([
+        r"\b(?:wait|hmm|oops|sorry)\b[,.!]*\s+(?:actually|I mean|it should be|it's|it is)\b",
+        r"\bactually,?\s+(?:it|the (?:answer|result|value|total|sum)|that|this)\s+(?:is|was|should be|equals)\b",
+        r"\bcorrection\b", r"\bI mean\b", r"\b(?:it|the answer) should (?:actually )?be\b",
+    ]),  # fmt: skip
+    re.IGNORECASE,
+)
 
 
 def retraction_after(text: str, span: AnswerSpan) -> str | None:
@@ -217,12 +229,33 @@ def retraction_after(text: str, span: AnswerSpan) -> str | None:
     start = span.end
     if not span.anchored:  # Math-Verify read the last number: what takes it back may stand just before it
         start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, span.value_start)), default=0)
-    match = _RETRACTION.search(text, start)
+    # explicit retractions after the answer only: one just before a last number takes back an earlier value and
+    # introduces this one ("Hmm, no, I made an error: x = 14.")
+    match = _RETRACTION.search(text, span.end)
     if match:
         return match.group(0)
+    correction = corrected_after(text, span)
+    if correction is not None:
+        return correction
     ends = [m.end() for m in itertools.islice(_SENTENCE_END.finditer(text, span.end), 2)] + [len(text)] * 2
     match = _SAME_SENTENCE.search(text, start, ends[0]) or _NEXT_SENTENCE.search(text, start, ends[1])
     return match.group(0) if match else None
+
+
+def corrected_after(text: str, span: AnswerSpan) -> str | None:
+    """The correction after the answer that states another value ("Wait, actually it is 6" after "The answer is 5"),
+    or None: correction words (:data:`_CORRECTION`) followed, in the rest of their sentence, by a value Math-Verify
+    reads and that is not equal to the answer. A correction that restates the same value, or states none, is not
+    one."""
+    for match in _CORRECTION.finditer(text, span.end):
+        end = next((m.start() for m in _SENTENCE_END.finditer(text, match.end())), len(text))
+        rest = text[match.end():end]
+        if not re.search(r"\d|\\frac|\\boxed", rest):
+            continue
+        same = _same_value(rest, span.parsed)
+        if same is False:
+            return text[match.start():end].strip()
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -439,6 +472,33 @@ def same_function_up_to_variable(a: Any, b: Any, same_value) -> bool:
     return same_value(a.rhs, renamed)
 
 
+# "unterminated": prose that visibly stops mid-sentence, whatever the token ids say
+# --------------------------------------------------------------------------------------------------
+
+# words a sentence cannot end on: articles, prepositions, conjunctions, auxiliaries, arithmetic words
+_DANGLING_WORDS = frozenset("""
+a an the of by to for from with into onto in on at as than then that which who whose whom and or but nor so if
+because since while when where whether is are was were be been being has have had do does did can could will would
+shall should may might must we i you they it its our their this these those my your his her times plus minus over
+divided multiplied gives give becomes become equals equal get gets got makes make yields yield leaves leave
+""".split())
+_TRAILING_WORD = re.compile(r"([A-Za-z]+)\s*$")
+_TRAILING_OPERATOR = re.compile(r"(?:[,:=+\-*/^(]|\\(?:times|cdot|div|frac))\s*$")
+
+
+def ends_mid_sentence(text: str) -> bool:
+    """Whether ``text`` visibly stops in the middle of a sentence: it ends on a word no sentence ends on ("...
+    and dividing by", "the price of") or on an operator or comma, with no closing punctuation. Such prose was cut
+    off (a length limit, a stop sequence) or abandoned; its last number is an intermediate value, not an answer
+    (issue 45: "prose cut off mid-sentence"). Read with the ``"unterminated"`` guard, for answers without a box or an
+    answer phrase only."""
+    tail = text.rstrip()[-64:]  # the last words only (and linear time on long texts)
+    if not tail or _TRAILING_OPERATOR.search(tail):
+        return bool(tail)
+    match = _TRAILING_WORD.search(tail)
+    return bool(match) and match.group(1).lower() in _DANGLING_WORDS
+
+
 # --------------------------------------------------------------------------------------------------
 # The guard-rails of this module, in turn
 # --------------------------------------------------------------------------------------------------
@@ -473,7 +533,8 @@ def failed_guard(
         gold_text, gold_parsed: the gold answer and its parsed forms.
         guards: the guard-rails switched on (names of :data:`~trl_explore.rewards.modes.GUARDS`).
         mode: the grader mode. ``"math_verify"``: every guard here applies, at the answer Math-Verify reads
-            (:func:`locate_answer`). ``"strict"`` and ``"boxed"``: only ``"prompt_echo"``, on ``answer``.
+            (:func:`locate_answer`). ``"strict"`` and ``"boxed"``: ``"prompt_echo"``, on ``answer``; ``"strict"``
+            also ``"retraction"``, after an answer Math-Verify reads behind a box or an answer phrase.
         prompt: the prompt's text (None: ``"prompt_echo"`` does not judge).
         terminated: whether the completion ended with an EOS (None: unknown, ``"unterminated"`` does not judge).
         answer: the final answer as the mode reads it, as text (``"strict"``/``"boxed"`` modes).
@@ -486,9 +547,14 @@ def failed_guard(
     if mode != "math_verify":
         if "prompt_echo" in guards and prompt and answer and prompt_echo(answer, gold_text, prompt, text, worked_out):
             return "prompt_echo"
+        if mode == "strict" and "retraction" in guards:  # an answer after an answer phrase, corrected or taken back
+            span = locate_answer(text)
+            if span is not None and span.anchored and retraction_after(text, span) is not None:
+                return "retraction"
         return None
     span = locate_answer(text)
-    if "unterminated" in guards and terminated is False and (span is None or not span.anchored):
+    if ("unterminated" in guards and (span is None or not span.anchored)
+            and (terminated is False or ends_mid_sentence(text))):
         return "unterminated"
     if span is None:
         return None

@@ -21,14 +21,16 @@ MODES = GRADER_MODES.names()
 DEFAULT_MODE = "math_verify"
 GUARDS = (
     "float_collapse", "interval_vs_set", "chained_equality", "unclosed_box",
-    "hedge", "unterminated", "retraction", "prompt_echo", "mixed_number", "operator_fragment",
+    "hedge", "unterminated", "retraction", "prompt_echo", "mixed_number", "operator_fragment", "equation_variable",
 )  # fmt: skip
 """Guard-rail classes: each only removes false positives (hedge to mixed_number: :mod:`trl_explore.rewards.guards`;
-operator_fragment: :func:`trl_explore.rewards.answers.operator_expression`)."""
-GRADER_VERSION = "3"
+operator_fragment: :func:`trl_explore.rewards.answers.operator_expression`; equation_variable:
+:mod:`trl_explore.rewards.comparison`)."""
+GRADER_VERSION = "4"
 """Version of the grader's verdicts: bump it with every change that may change a verdict (cached teacher verdicts
 are keyed by it and by a hash of the grader's code). 2: the guard-rails of :mod:`trl_explore.rewards.guards`;
-3: ``operator_fragment``."""
+3: ``operator_fragment``; 4: ``equation_variable``, a retraction by a restated other value, prose cut off
+mid-sentence, ``a % b`` read as an operation (issue 45)."""
 
 
 def check_grader_mode(mode: str, option: str = "grader_mode") -> str:

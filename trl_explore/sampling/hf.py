@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 
 class TransformersGenerator:
-    """Batched sampling with ``model.generate`` (left padding, chat template, progress bar).
+    """Batched sampling with the package's decoder or ``model.generate`` (left padding, chat template, progress bar).
 
     Rows are ``(prompt, sample)`` pairs taken prompt by prompt, ``batch_size`` rows per ``generate``
     call, so the samples of one prompt share batches and little padding is wasted.
@@ -38,13 +38,18 @@ class TransformersGenerator:
             killed evaluation resumes where it stopped. With the default seeding each batch draws from
             ``torch.manual_seed(seed + batch index)``, so a resumed run gives the same samples as an uninterrupted
             one. ``None`` (default): nothing is written.
+        chat_template_kwargs: extra variables of the chat template (the training run's
+            ``GRPOConfig.chat_template_kwargs``, e.g. ``{"enable_thinking": False}``), so a prompt is rendered as in
+            training (:func:`~trl_explore.sampling.render.render_prompt`); default none.
+        chat_template: a chat template to use instead of the tokenizer's (TRL's ``chat_template``); default None.
 
     Raises:
         ValueError: ``batch_size < 1`` or a tokenizer without a chat template.
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 32, show_progress: bool = True,
-                 partial_dir: str | pathlib.Path | None = None, fast_decode: bool = True):
+                 partial_dir: str | pathlib.Path | None = None, chat_template_kwargs: Mapping | None = None,
+                 chat_template: str | None = None, fast_decode: bool = True):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not getattr(tokenizer, "chat_template", None):
@@ -55,15 +60,18 @@ class TransformersGenerator:
         self.show_progress = show_progress
         self.fast_decode = fast_decode
         self.partial_dir = None if partial_dir is None else pathlib.Path(partial_dir)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.chat_template = chat_template
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
     def encode(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids of a chat prompt with the generation prompt appended."""
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
+        """Token ids of a chat prompt with the generation prompt appended, rendered as TRL renders a training prompt
+        with this generator's chat template settings (:func:`~trl_explore.sampling.render.render_prompt`)."""
+        from trl_explore.sampling.render import render_prompt
+
+        return render_prompt(self.tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs,
+                             chat_template=self.chat_template)
 
     def generate(self, prompts: Sequence[Sequence[dict]], plan: SamplingPlan, *, steering: Steering | None = None,
                  seed: int = 0, seeding: str = "per_batch", desc: str = "generate") -> Generations:

@@ -25,14 +25,17 @@ class VLLMGenerator:
     Args:
         model_name_or_path: a local folder or Hub id.
         seed: vLLM's engine seed.
+        chat_template_kwargs: extra variables of the chat template (the training run's
+            ``GRPOConfig.chat_template_kwargs``), passed to ``LLM.chat`` (:mod:`trl_explore.sampling.render`).
         llm_kwargs: extra ``vllm.LLM`` arguments (e.g. ``gpu_memory_utilization``, ``max_model_len``,
             ``tensor_parallel_size``, ``dtype``).
     """
 
-    def __init__(self, model_name_or_path: str, seed: int = 0, **llm_kwargs):
+    def __init__(self, model_name_or_path: str, seed: int = 0, chat_template_kwargs=None, **llm_kwargs):
         from vllm import LLM
 
         self.llm = LLM(model=model_name_or_path, seed=seed, **llm_kwargs)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     def generate(self, prompts: Sequence[Sequence[dict]], plan: SamplingPlan, *, steering: Steering | None = None,
                  seed: int = 0, seeding: str = "per_batch", desc: str = "generate") -> Generations:
@@ -59,7 +62,8 @@ class VLLMGenerator:
             params = SamplingParams(**common, seed=seed)
         else:
             params = [SamplingParams(**common, seed=s) for s in request_seeds(seed, len(prompts), plan.num_samples)]
-        outputs = self.llm.chat([list(p) for p in prompts], params, use_tqdm=True)
+        extra = {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs else {}
+        outputs = self.llm.chat([list(p) for p in prompts], params, use_tqdm=True, **extra)
         texts = [[o.text for o in out.outputs] for out in outputs]
         token_ids = [[list(o.token_ids) for o in out.outputs] for out in outputs]
         truncated = [[o.finish_reason == "length" for o in out.outputs] for out in outputs]
