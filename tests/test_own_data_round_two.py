@@ -113,8 +113,10 @@ def test_a_wrong_teacher_solution_is_named_at_load_and_an_empty_list_is_named(tm
         dataset = load_training_data(DataArguments(dataset_name=path, min_offline_completions=1), 64)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
-    assert messages[0].startswith(f"dataset {path!r}: 1 of 4 teacher solutions are graded wrong against their gold: "
-                                  "row 1 (id 'p01') solution 1 of teacher 'bad'.")
+    assert messages[0].startswith(f"dataset {path!r}: 1 of 4 teacher solutions are graded wrong against their gold "
+                                  "(rows counted from 0, solutions from 1): row 1 (id 'p01', gold '3'): its "
+                                  "solution 2 of teacher 'bad' '\\boxed{99}'. They are trained on")
+    assert messages[0].endswith("fix the gold or the solution, or remove the wrong solution from its row's list")
     assert messages[1].startswith("dropped row 3 (id 'p03'): fewer than min_offline_completions=1 teacher solutions "
                                   "(an empty list is no teacher")
     assert dataset["problem_id"] == ["p00", "p01", "p02"]

@@ -214,18 +214,24 @@ def check_teacher_solutions(dataset, dataset_name: str, offline_column: str = "o
                            gold_normalizer=GOLD_NORMALIZERS[gold_normalizer])
     ids = dataset["problem_id"]
     wrong = []
-    for (row, j, _, _), verdict in zip(pairs, verdicts):
+    texts = {}
+    for (row, j, text, _), verdict in zip(pairs, verdicts):
         if verdict is False:
             names = teachers[row] if teachers is not None else None
             wrong.append((row, ids[row], names[j] if names and j < len(names) else None, j))
+            texts[row, j] = text
     if wrong:
-        named = ", ".join(f"row {row} (id {str(pid)!r}) solution {j}" + (f" of teacher {t!r}" if t else "")
-                          for row, pid, t, j in wrong[:5])
+        def shown(row, j):
+            text = " ".join(str(texts[row, j]).split())
+            return f"'{text if len(text) <= 60 else text[:57] + '...'}'"
+
+        named = ", ".join(f"row {row} (id {str(pid)!r}, gold {str(dataset[row]['answer'])!r}): its solution {j + 1}"
+                          + (f" of teacher {t!r}" if t else "") + f" {shown(row, j)}" for row, pid, t, j in wrong[:5])
         more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
-        logger.warning("dataset %r: %d of %d teacher solutions are graded wrong against their gold: %s%s. They "
+        logger.warning("dataset %r: %d of %d teacher solutions are graded wrong against their gold (rows counted "
+                       "from 0, solutions from 1): %s%s. They "
                        "are trained on as correct solutions (OGER's replacements, SFT's targets): fix the gold or the "
-                       "solution, or drop wrong ones with the offline builder "
-                       "(trl_explore.data.build_offline_dataset; docs/own-data.md)",
+                       "solution, or remove the wrong solution from its row's list",
                        dataset_name, len(wrong), len(pairs), named, more)
     return wrong
 
