@@ -90,3 +90,26 @@ def make_summary():
                 "averages": scoring.domain_averages(benchmarks)}
 
     return make
+
+
+# ---------------------------------------------------------------- the suite's time, per test file (issue 43)
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Add each test's setup, call and teardown seconds to its file's total."""
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    """After pytest's ``--durations`` table: the test files that took longest (seconds, all phases; a session or
+    module fixture counts in the file of the first test that used it), and the whole."""
+    if not _FILE_SECONDS:
+        return
+    ranked = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])
+    terminalreporter.write_sep("=", f"seconds per test file (slowest {min(15, len(ranked))} of {len(ranked)})")
+    for path, seconds in ranked[:15]:
+        terminalreporter.write_line(f"{seconds:9.1f}s {path}")
+    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):9.1f}s in all")

@@ -689,7 +689,8 @@ def _check_resumed(summary, reference, where):
 @pytest.mark.slow
 def test_a_run_killed_at_each_file_of_a_checkpoint_resumes_exactly(tmp_path_factory, smollm2_tokenizer, caplog):
     # 1 process: killed after each file of checkpoint 3 (inside a generation), and inside a file of each kind; the
-    # kill runs are subprocesses, the resumes run here. ~25 s per kill point on 2 loaded cores.
+    # kill runs are processes of their own (forked, one after the other, from one subprocess that imports once: the
+    # script's "kills"), the resumes run here.
     sys.path.insert(0, str(SCRIPT.parent))
     from checkpoint_kill import build_trainer, summary
 
@@ -697,11 +698,14 @@ def test_a_run_killed_at_each_file_of_a_checkpoint_resumes_exactly(tmp_path_fact
     points = [(n, "after") for n in range(1, len(files) + 1)]
     points += [(files.index(name) + 1, "torn") for name in ("model.safetensors", "optimizer.pt", "trainer_state.json",
                                                             "generation_state/process_0.safetensors")]
+    base = tmp_path_factory.mktemp("kills")
+    result = _run(base, "kills", *(f"{n}:{mode}" for n, mode in points), timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exits = json.loads((base / "exits.json").read_text())
     matrix = {}
     for n, mode in points:
-        out = tmp_path_factory.mktemp(f"kill{n}{mode}")
-        result = _run(out, "run", n, mode, 0)
-        assert result.returncode == -signal.SIGKILL, (n, mode, result.returncode, result.stderr[-2000:])
+        out = base / f"kill{n}{mode}"
+        assert exits[f"{n}:{mode}"] == -signal.SIGKILL, (n, mode, exits, result.stderr[-2000:])
         run = out / "run"
         refused = "complete"
         try:
