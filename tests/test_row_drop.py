@@ -82,3 +82,20 @@ def test_the_generation_batch_counts_only_the_kept_tokens(tmp_path, smollm2_toke
     assert output[DROPPED].tolist() == [False, True, False, True]
     assert output[ITEMS_BEFORE_DROPS].item() == mask.sum().item()
     assert output["num_items_in_batch"].item() == mask[[0, 2]].sum().item()
+
+
+@pytest.mark.slow
+def test_a_process_whose_micro_batch_is_all_dropped_keeps_step_with_the_others(tmp_path):
+    """Two processes; process 0 drops every row of its micro-batches. TRL's objective still runs there (its metric
+    gathers are collectives), with its term zeroed: both processes finish, process 1's rows train."""
+    import json
+    from pathlib import Path
+
+    from trl_explore.testing import run_two_cpu_processes
+
+    script = Path(__file__).parent / "scripts" / "all_rows_dropped_two_process.py"
+    result = run_two_cpu_processes(script, tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert len(ranks[0]["losses"]) == len(ranks[1]["losses"]) == 2
+    assert ranks[0]["changed"] == ranks[1]["changed"] > 0  # DDP: one update for both, from process 1's rows

@@ -266,22 +266,23 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         batch = full_batch = loss_call.batch
         if loss_call.advantages is not advantages:
             batch = full_batch = {**batch, "advantages": loss_call.advantages}
-        if dropped is not None:  # TRL's objective on the kept rows only, from the same forward
+        none_left = dropped is not None and bool(dropped.all())
+        if dropped is not None and not none_left:  # TRL's objective on the kept rows only, from the same forward
             keep = ~dropped
             batch = take_rows(batch, keep)
             input_ids, entropy_mask = input_ids[keep], None if entropy_mask is None else entropy_mask[keep]
             forward = Forward(forward.logps[keep], None if forward.entropies is None else forward.entropies[keep],
                               forward.aux_loss)
-        if dropped is not None and not bool(keep.any()):  # nothing left for TRL: no term (a zero on the graph)
-            loss = loss_call.forward.logps.sum() * 0.0
-        else:
-            self._replay, self._entropy_mask = (input_ids, forward), entropy_mask
-            try:
-                loss = super()._compute_loss(model, batch)
-            finally:
-                unused, self._replay, self._entropy_mask = self._replay, None, None
-            if unused is not None:
-                raise RuntimeError("TRL's _compute_loss made no forward through _get_per_token_logps_and_entropies")
+        self._replay, self._entropy_mask = (input_ids, forward), entropy_mask
+        try:
+            loss = super()._compute_loss(model, batch)
+        finally:
+            unused, self._replay, self._entropy_mask = self._replay, None, None
+        if unused is not None:
+            raise RuntimeError("TRL's _compute_loss made no forward through _get_per_token_logps_and_entropies")
+        if none_left:  # every row dropped: TRL ran on them all (its metric gathers are collectives every process
+            # joins; its logged metrics then include them) and its term is replaced by a zero on the graph
+            loss = loss * 0.0 if bool(torch.isfinite(loss)) else loss_call.forward.logps.sum() * 0.0
         loss_call = dataclasses.replace(loss_call, batch=full_batch, loss=loss)
         for component in users:
             loss_call = dataclasses.replace(loss_call, loss=component.extra_loss(loss_call))
