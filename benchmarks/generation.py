@@ -8,7 +8,8 @@ The two workloads are the main job's (``recipes/oger_smollm2_ladder_cpu.yaml``, 
 * ``rollout``: one training batch as TRL samples it: 4 training prompts (ladder ``one_digit`` + ``two_digit``) x 4
   rollouts = 16 rows, temperature 1, at most 96 new tokens, one ``generate`` call;
 * ``eval``: the held-out evaluation's sampled part in the training format: the first 64 test problems x 4 samples,
-  temperature 1, at most 64 new tokens, in calls of 64 rows (``eval_batch_size``).
+  temperature 1, at most 64 new tokens: the decoder in one call of 256 rows (``eval_batch_size`` now), ``generate`` in
+  calls of 64 rows (``eval_batch_size`` before the decoder).
 
 Variants (every one samples at temperature 1 from the same prompts; completions end at the first EOS):
 
@@ -48,8 +49,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 WORKLOADS = {
-    "rollout": dict(split="train", prompts=4, samples=4, max_new_tokens=96, batch_rows=16),
-    "eval": dict(split="test", prompts=64, samples=4, max_new_tokens=64, batch_rows=64),
+    "rollout": dict(split="train", prompts=4, samples=4, max_new_tokens=96, batch_rows=16, generate_rows=16),
+    "eval": dict(split="test", prompts=64, samples=4, max_new_tokens=64, batch_rows=256, generate_rows=64),
 }
 LEVELS = ["one_digit", "two_digit"]
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -84,8 +85,8 @@ def hf_variant(model, tokenizer, prompts, spec, fast: bool, dtype):
     from trl_explore.sampling.decode import fast_generate
 
     rows = [p for p in prompts for _ in range(spec["samples"])]
-    batches = [_left_padded(rows[i : i + spec["batch_rows"]], tokenizer.pad_token_id)
-               for i in range(0, len(rows), spec["batch_rows"])]
+    size = spec["batch_rows"] if fast else spec["generate_rows"]
+    batches = [_left_padded(rows[i : i + size], tokenizer.pad_token_id) for i in range(0, len(rows), size)]
     eos = tokenizer.eos_token_id
     sample = (lambda **kw: fast_generate(model, **kw)) if fast else model.generate
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()

@@ -94,7 +94,11 @@ class HeldoutEvalArguments:
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "New-token budget (default: the training max_completion_length)."}
     )
-    eval_batch_size: int = field(default=64, metadata={"help": "Completions per generate call."})
+    eval_batch_size: int = field(
+        default=256,
+        metadata={"help": "Completions per decoding call (the main job's 64 problems x 4 samples in one: on 2 CPU "
+                          "cores 256 rows decoded 1.6 times as many tokens per second as 64; docs/performance.md)."},
+    )
     eval_seed: int = field(default=0, metadata={"help": "Sampling seed (the same before and after training)."})
     eval_cache: bool = field(
         default=True,
@@ -276,7 +280,7 @@ def heldout_problems(benchmark: str = "ladder", split: str = "test", levels: Seq
 def evaluate_heldout(model, tokenizer, *, benchmark: str = "ladder", split: str = "test",
                      levels: Sequence[str] | None = None, num_problems: int = 64, num_samples: int = 4,
                      temperature: float = 1.0, greedy: bool = True, max_new_tokens: int = 96, seed: int = 0,
-                     batch_size: int = 64, grader_mode: str = "math_verify", show_progress: bool = False,
+                     batch_size: int = 256, grader_mode: str = "math_verify", show_progress: bool = False,
                      prompt_format: str = "training", problems=None, chat_template_kwargs: dict | None = None,
                      chat_template: str | None = None, fast_decode: bool = True) -> HeldoutResult:
     """Evaluate ``model`` on held-out problems: ``num_samples`` sampled completions (top-p 1, no top-k) and, with

@@ -228,6 +228,27 @@ def unsupported_reason(model, sampler: SamplerSettings | None = None, extra_inpu
     return None
 
 
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row from ``probs`` by inverting its cumulative distribution: ``u ~ U[0, total)`` from torch's
+    global generator (one number a row), the first token whose cumulative probability exceeds ``u``. The same
+    distribution as ``torch.multinomial(probs, 1)`` (what ``generate`` calls), which draws an exponential number for
+    every entry: on a 49,152-word vocabulary that was 9% of a rollout's decoding time on a 2-core CPU.
+
+    Args:
+        probs: ``[B, V]`` float32 probabilities (rows summing to 1 up to rounding; zeros never drawn).
+
+    Returns:
+        ``LongTensor[B]``.
+    """
+    cumulative = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cumulative.dtype) * cumulative[:, -1:]
+    # right=True: the first index whose cumulative value is > u, a token of positive probability; u rounded up to the
+    # total (r * total, r just below 1) would pass the end: the row's last token of positive probability then
+    tokens = torch.searchsorted(cumulative, u, right=True).squeeze(1)
+    last = probs.shape[1] - 1 - (probs > 0).flip(-1).int().argmax(-1)
+    return torch.minimum(tokens, last)
+
+
 @torch.no_grad()
 def decode(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_token_ids: Sequence[int],
            sampler: SamplerSettings | None) -> list[list[int]]:
@@ -318,8 +339,7 @@ def decode(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
         if sampler is None:
             tokens = logits.float().argmax(-1)
         else:
-            probs = torch.softmax(processed_logits(logits, sampler), dim=-1)
-            tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+            tokens = draw(torch.softmax(processed_logits(logits, sampler), dim=-1))
         tokens = tokens.cpu()
         observers = _DRAW_OBSERVERS.get()
         if observers:
