@@ -58,9 +58,11 @@ def test_readouts_at_fractions_pick_the_response_relative_position(smollm2_token
 
 def test_steered_samples_match_a_plain_generate_loop_with_the_steering_hook(tiny_model, smollm2_tokenizer):
     """The sampling stack with steering_for gives what the pre-split evaluation gave: balanced-uniform routes, batch
-    b seeded seed + b, the steerer's context around each batch's generate (the reference below)."""
+    b seeded seed + b, the steerer's context around each batch's decoding call (the reference below, with the
+    package's default decoder, fast_generate)."""
     from trl_explore.ase.routing import balanced_uniform_routes
     from trl_explore.ase.steering import ActivationSteeringGenerator
+    from trl_explore.sampling.decode import fast_generate
 
     model, tok = tiny_model.eval(), smollm2_tokenizer
     steerer = ActivationSteeringGenerator(model, layer=0)
@@ -85,7 +87,7 @@ def test_steered_samples_match_a_plain_generate_loop_with_the_steering_hook(tiny
         mask = torch.tensor([[0] * (width - len(encoded[p])) + [1] * len(encoded[p]) for p, _ in batch])
         torch.manual_seed(5 + index // 6)
         with torch.no_grad(), steerer.steering(torch.tensor([routes[4 * p + s] for p, s in batch]), vectors, 0.5):
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+            out = fast_generate(model, input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
                                  top_k=0, max_new_tokens=5, pad_token_id=tok.pad_token_id,
                                  eos_token_id=[tok.eos_token_id])
         reference += [row[width:].tolist() for row in out]
