@@ -488,6 +488,8 @@ def test_generated_records_sample_as_the_v0_1_teacher_loop(tiny_model, smollm2_t
     prompts = [build_prompt(p.problem, get_prompt_preset("default")) for p in problems]
     ref_tok = AutoTokenizer.from_pretrained(teacher, padding_side="left")
     ref_model = AutoModelForCausalLM.from_pretrained(teacher).eval()
+    from trl_explore.sampling.decode import fast_generate
+
     torch.manual_seed(settings["seed"])
     samples = []
     for start in range(0, len(prompts), settings["batch_size"]):
@@ -495,8 +497,9 @@ def test_generated_records_sample_as_the_v0_1_teacher_loop(tiny_model, smollm2_t
                  for p in prompts[start : start + settings["batch_size"]]]
         inputs = ref_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            out = ref_model.generate(**inputs, max_new_tokens=8, num_return_sequences=2, do_sample=True,
-                                     temperature=1.0, top_p=0.95, pad_token_id=ref_tok.pad_token_id)
+            inputs = {k: v.repeat_interleave(2, dim=0) for k, v in inputs.items()}  # 2 samples a prompt, in order
+            out = fast_generate(ref_model, **inputs, max_new_tokens=8, do_sample=True,  # the default decoder
+                                temperature=1.0, top_p=0.95, pad_token_id=ref_tok.pad_token_id)
         new = out[:, inputs["input_ids"].shape[1] :].tolist()
         samples += [split_finished(row, {ref_tok.eos_token_id}) for row in new]
     for i, record in enumerate(records):

@@ -76,9 +76,12 @@ def test_flat_groups_are_refilled_until_the_batch_is_informative(tmp_path, smoll
                           dynamic_sampling_max_gen_batches=8)
     trainer.train()
     assert _history(trainer, "frac_reward_zero_std_trained") == [0.0, 0.0]  # every trained group is informative
-    assert all(r >= 2 for r in _history(trainer, "resample/generation_rounds"))
+    # a step whose first round held a flat group (p0's, always) resampled, one without did not; at least one did
+    flat = _history(trainer, "dynamic_sampling/flat_group_frac")
+    rounds, extra = _history(trainer, "resample/generation_rounds"), _history(trainer, "resample/extra_completions")
+    assert [r >= 2 for r in rounds] == [f > 0 for f in flat] and any(r >= 2 for r in rounds)
+    assert all((c >= 8) == (r >= 2) for c, r in zip(extra, rounds))
     assert _history(trainer, "resample/cap_reached") == [0.0, 0.0]
-    assert all(c >= 8 for c in _history(trainer, "resample/extra_completions"))
 
 
 def test_the_cap_is_logged_and_the_flat_groups_leave_the_objective(tmp_path, smollm2_tokenizer, make_tiny_lm, caplog):

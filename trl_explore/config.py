@@ -144,8 +144,8 @@ class ExplorationConfig(GRPOConfig):
     )
     correct_threshold: float = field(
         default=CORRECT_THRESHOLD,
-        metadata={"help": "A rollout is correct when the verifier's reward is above this (0.5 reads {0, 1} and "
-                          "{-1, +1}): OGER's gate and failed ratio, ASE's pairs, ExGRPO's buckets."},
+        metadata={"help": "A rollout is correct when its verifier reward is above this (0.5 reads {0, 1} and {-1, "
+                          "+1}). Read by OGER's gate and failed ratio, ASE's pairs, ExGRPO's buckets."},
     )
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Build the colocated vLLM engine eagerly (no torch.compile / CUDA graphs)."}
@@ -154,24 +154,23 @@ class ExplorationConfig(GRPOConfig):
     cpu_precision: str = field(
         default="auto",
         metadata={"help": "Precision on a CPU: 'auto' (bfloat16 mixed precision where a short measurement finds it "
-                          "faster, else float32), 'bfloat16' (float32 weights and optimizer, bfloat16 autocast "
-                          "for loss, rollouts and held-out evaluation) or 'float32'. Sets use_cpu and bf16; an "
+                          "faster, else float32), 'bfloat16' or 'float32'. Mixed: float32 weights and optimizer, "
+                          "bfloat16 autocast for loss, rollouts and held-out evaluation. Sets use_cpu and bf16; an "
                           "explicit bf16 wins over 'auto'. Not read on a GPU.",
                   "choices": list(CPU_PRECISIONS)},
     )
 
     share_prompt_forward: bool = field(
         default=False,
-        metadata={"help": "Run each group's prompt once in the loss and scoring forwards and repeat its key/value "
-                          "cache over the group's completions (same values to float rounding; faster when prompts "
-                          "are long beside completions). Used on one process without gradient checkpointing, "
+        metadata={"help": "Run each group's prompt once in the loss and scoring forwards (same values to float "
+                          "rounding). Its key/value cache is repeated over the group's completions: faster when "
+                          "prompts are long beside completions. Used on one process without gradient checkpointing, "
                           "PEFT or forward hooks; TRL's forward otherwise."},
     )
 
     fast_decode: bool = field(
         default=True,
-        metadata={"help": "Sample HF rollouts with trl_explore's decoder (shared prompt prefill, finished rows "
-                          "dropped): the same distribution as generate, faster; false: TRL's generate."},
+        metadata={"help": "Sample HF rollouts with trl_explore's faster decoder (false: TRL's generate)."},
     )
 
     def __post_init__(self):

@@ -94,11 +94,9 @@ class HeldoutEvalArguments:
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "New-token budget (default: the training max_completion_length)."}
     )
-    eval_batch_size: int = field(
-        default=256,
-        metadata={"help": "Completions per decoding call (the main job's 64 problems x 4 samples in one: on 2 CPU "
-                          "cores 256 rows decoded 1.6 times as many tokens per second as 64; docs/performance.md)."},
-    )
+    # 256: the main job's 64 problems x 4 samples in one call; on 2 CPU cores 256 rows decoded 1.6 times as many
+    # tokens per second as 64 (docs/performance.md)
+    eval_batch_size: int = field(default=256, metadata={"help": "Completions per decoding call."})
     eval_seed: int = field(default=0, metadata={"help": "Sampling seed (the same before and after training)."})
     eval_cache: bool = field(
         default=True,
