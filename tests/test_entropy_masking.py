@@ -21,7 +21,10 @@ def _batch():
     is_offline = torch.tensor([False, False, True, False])  # row 2: a teacher trajectory, 4 tokens
     return {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
             "completion_mask": completion_mask, "advantages": advantages,
-            "num_items_in_batch": completion_mask.sum(), "is_offline": is_offline}
+            "num_items_in_batch": (completion_mask * (~is_offline).unsqueeze(1)).sum(),  # as the driver counts
+            "num_items_before_drops": completion_mask.sum(),
+            "dropped_from_objective": is_offline,  # OGER's drop_rows: its teacher rows leave TRL's objective
+            "is_offline": is_offline}
 
 
 def _reference(model, inputs, quantile, loss_type):

@@ -60,7 +60,7 @@ def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, tiny_m
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "24",
             "--ladder_levels", "one_digit", "--max_train_samples", "4", "--use_cpu", "true", "--log_completions",
-            "false", "--eval_problems", "3", "--eval_samples", "2", "--eval_split", "validation",
+            "false", "--eval_problems", "10", "--eval_samples", "2", "--eval_split", "validation",
             "--eval_max_new_tokens", "4", "--save_only_model", "true", "--eval_neutral_format", "false"]
     run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t", argv=argv)
     printed = capsys.readouterr().out
@@ -69,7 +69,7 @@ def test_run_training_prints_held_out_accuracy_before_and_after(tmp_path, tiny_m
     assert "[t] mean@2 (sampled accuracy)" in printed and "[95% paired bootstrap interval]" in printed
     assert "neutral format" not in printed and printed.count("training format (chat, one worked example)") == 2
     saved = json.loads((out / "heldout_eval.json").read_text())
-    assert set(saved) == {"before", "after"} and saved["after"]["summary"]["num_problems"] == 3
+    assert set(saved) == {"before", "after"} and saved["after"]["summary"]["num_problems"] == 10
     assert saved["before"]["summary"]["levels"] == ["one_digit"]  # the training levels by default
     assert "neutral" not in saved["before"] and "neutral" not in saved["after"]
 
@@ -91,7 +91,7 @@ def test_main_job_prints_and_saves_both_prompt_formats_with_the_tiny_policy(tmp_
     out = tmp_path / "out"
     argv = ["--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "4",
             "--num_generations", "4", "--max_completion_length", "24", "--ladder_levels", "one_digit",
-            "--max_train_samples", "4", "--use_cpu", "true", "--log_completions", "false", "--eval_problems", "3",
+            "--max_train_samples", "4", "--use_cpu", "true", "--log_completions", "false", "--eval_problems", "10",
             "--eval_samples", "2", "--eval_split", "validation", "--eval_max_new_tokens", "4",
             "--save_only_model", "true"]
     run_training(OGERTrainer, OGERConfig, ROOT / "recipes" / "oger_smollm2_ladder_cpu.yaml", "t", argv=argv)

@@ -217,7 +217,9 @@ def test_loss_mixes_is_weighted_objective_and_policy_shaping(tmp_path, smollm2_t
     behaviour[is_offline] = float("nan")
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
               "completion_mask": completion_mask, "advantages": advantages,
-              "num_items_in_batch": completion_mask.sum(), "sampling_per_token_logps": behaviour,
+              "num_items_in_batch": (completion_mask * (~is_offline).unsqueeze(1)).sum(),  # as the driver counts
+              "num_items_before_drops": completion_mask.sum(), "sampling_per_token_logps": behaviour,
+              "dropped_from_objective": is_offline,  # OGER's drop_rows: its teacher rows leave TRL's objective
               "ase_route": routes, "is_offline": is_offline}
     loss = trainer._compute_loss(model, inputs)
 

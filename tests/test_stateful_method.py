@@ -166,8 +166,8 @@ def test_trl_objective_receives_the_advantages_of_refilled_groups(tmp_path, smol
     # a refilled group: rewards [0, 0, 0, 1] -> TRL's (r - mean) / (std + 1e-4) on the replayed (last) row
     r = torch.tensor([0.0, 0.0, 0.0, 1.0])
     expected = (r - r.mean()) / (r.std() + 1e-4)
-    for advantages in refilled:
-        assert torch.allclose(advantages, expected, atol=1e-6)
+    for advantages in refilled:  # TRL shuffles a generation's rows before its micro-batches: the values, in order
+        assert torch.allclose(advantages.reshape(-1).sort().values, expected.sort().values, atol=1e-6)
     assert [len(v) for v in replay.buffer.values()] == [2]  # step 0's prompt, its last 2 successes
 
 

@@ -417,9 +417,9 @@ def fast_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor |
             reason = "no max_new_tokens"
         elif not eos:
             reason = "no end-of-sequence token"
-    if reason is not None:
-        return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                              **kwargs)
+    if reason is not None:  # the class's generate: `model.generate` may be this function (generate_replaced)
+        return type(model).generate(model, input_ids=input_ids, attention_mask=attention_mask,
+                                    generation_config=generation_config, **kwargs)
     pad = resolved.get("pad_token_id")
     pad = eos[0] if pad is None else pad
     if attention_mask is None:
