@@ -6,13 +6,22 @@ token drawn from the distribution a teacher-forced forward of its row gives (tem
 routes followed row by row after rows are shared and dropped; settings it does not reproduce handed to ``generate``.
 """
 
+import functools
+
 import pytest
 import torch
 
 from trl_explore.ase.steering import ActivationSteeringGenerator
 from trl_explore.sampler_settings import SamplerSettings, processed_logits
 from trl_explore.sampling import decode as decode_module
-from trl_explore.sampling.decode import current_rows, decode, fast_generate, row_keys, unsupported_reason
+from trl_explore.sampling.decode import (
+    current_rows,
+    decode,
+    fast_generate,
+    generate_replaced,
+    row_keys,
+    unsupported_reason,
+)
 
 QUESTIONS = ["What is 2 + 2?", "What is 13 + 29?", "Name a prime.", "What is 2 + 2?", "Add 7 and 8, then halve it."]
 
@@ -198,6 +207,36 @@ def test_unsupported_settings_fall_back_to_generate(eos_model, smollm2_tokenizer
     assert "repetition_penalty" in unsupported_reason(eos_model, SamplerSettings(repetition_penalty=1.3))
     assert "inputs other than token ids" in unsupported_reason(eos_model, None, ["pixel_values"])
     assert unsupported_reason(eos_model, SamplerSettings(top_p=0.9)) is None
+
+
+def test_generate_replaced_keeps_patches_but_takes_over_fsdps_registration(eos_model):
+    # a plain model: the decoder inside, the class's generate after
+    with generate_replaced(eos_model):
+        assert eos_model.generate.func is fast_generate
+    assert "generate" not in vars(eos_model)
+    # a user's own generate is left alone
+    eos_model.generate = users = lambda **kw: "users"
+    with generate_replaced(eos_model):
+        assert eos_model.generate is users
+    # FSDP2's registration (transformers' Trainer calls torch's register_fsdp_forward_method(model, "generate")): a
+    # functools.wraps wrapper of the bound class method, as torch builds it. The decoder replaces it inside (torch
+    # wraps the decoder the same way on an FSDPModule, a no-op here) and the registration comes back on exit.
+    bound = type(eos_model).generate.__get__(eos_model)
+
+    @functools.wraps(bound)
+    def registered(self, *args, **kwargs):
+        return bound(*args, **kwargs)
+
+    eos_model.generate = registered.__get__(eos_model)
+    before = eos_model.generate
+    try:
+        with generate_replaced(eos_model):
+            assert eos_model.generate.func is fast_generate
+            with generate_replaced(eos_model):  # nested: left alone
+                assert eos_model.generate.func is fast_generate
+        assert eos_model.generate == before
+    finally:
+        del eos_model.generate
 
 
 def test_bad_input_is_refused(eos_model):

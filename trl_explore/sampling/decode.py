@@ -434,19 +434,39 @@ def fast_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     return torch.cat([input_ids, out.to(input_ids.device)], dim=1)
 
 
+def _is_fsdp_generate(model) -> bool:
+    """Whether ``model.generate`` is FSDP2's wrapper of the class's ``generate``: transformers' ``Trainer`` registers
+    it (``torch.distributed.fsdp.register_fsdp_forward_method``) so the root's parameters are gathered around
+    generation. ``functools.wraps`` leaves the wrapped bound method in ``__wrapped__``."""
+    wrapped = getattr(vars(model).get("generate"), "__wrapped__", None)
+    return getattr(wrapped, "__func__", None) is getattr(type(model), "generate", None)
+
+
 @contextlib.contextmanager
 def generate_replaced(model) -> Iterator[None]:
-    """Inside: ``model.generate`` is :func:`fast_generate` on that model object (an instance attribute, removed on
-    exit). A model object that already has its own ``generate`` attribute (a nested call, a user's patch) is left
-    alone."""
-    if "generate" in vars(model):
+    """Inside: ``model.generate`` is :func:`fast_generate` on that model object (an instance attribute; what was there
+    before comes back on exit). A model object that already has its own ``generate`` attribute (a nested call, a
+    user's patch) is left alone, except FSDP2's registration of the class's ``generate`` (:func:`_is_fsdp_generate`):
+    there :func:`fast_generate` is registered the same way, so FSDP gathers the root's parameters around it as it
+    would around ``generate`` (without this, FSDP2 runs sampled with transformers' ``generate`` and DDP runs with the
+    decoder: other random draws)."""
+    before = vars(model).get("generate")
+    fsdp = before is not None and _is_fsdp_generate(model)
+    if before is not None and not fsdp:
         yield
         return
     model.generate = functools.partial(fast_generate, model)
+    if fsdp:
+        from torch.distributed.fsdp import register_fsdp_forward_method
+
+        register_fsdp_forward_method(model, "generate")  # wraps the partial just set in FSDP's pre/post-forward
     try:
         yield
     finally:
-        del model.generate
+        if fsdp:
+            model.generate = before
+        else:
+            del model.generate
 
 
 def rollout_sampling(trainer) -> contextlib.ExitStack:
