@@ -83,8 +83,21 @@ COLLAPSE = {
 plain GRPO's online-token entropy collapses; held-out in both prompt formats, pass@k up to 16 at the start and end.
 Chosen on the validation split (``--set eval_split '"validation"'``; ``docs/reproduction.md``)."""
 
+GUIDANCE = {
+    **COLLAPSE,
+    "levels": ["two_digit", "two_plus_one"],
+    "max_steps": 20,
+    "mid_step": 10,
+    "eval_problems": 128,  # every test (or validation) problem of the two levels: an interval of about +-0.05
+}
+"""The guidance study (issue 47): levels where the policy starts with mostly all-wrong groups of 4 (0.60 and 0.80 of
+them on validation, ``benchmarks/results/guidance/setting.md``) and every teacher style fits the 64-token budget; the
+collapse study's step settings otherwise (4 prompts x 4 samples, lr 3e-5, entropy coefficient 0.01), 20 steps. The
+pilots ran with ``--set eval_split '"validation"'``; docs/reproduction.md writes the criterion down."""
+
 PRESETS = {"ladder": (SETTINGS, OUT),
-           "collapse": (COLLAPSE, REPO / "benchmarks" / "results" / "collapse")}
+           "collapse": (COLLAPSE, REPO / "benchmarks" / "results" / "collapse"),
+           "guidance": (GUIDANCE, REPO / "benchmarks" / "results" / "guidance")}
 """``--preset``: the shared settings and the default output folder of each study."""
 
 METHODS = {
@@ -96,9 +109,15 @@ METHODS = {
     "oger_batchscale": ("OGER, scale_rewards=batch", "oger", {"scale_rewards": "batch"}),
     "oger_norefine": ("OGER w/o refinement", "oger", {"entropy_refinement": False}),
     "ase_random": ("ASE, random directions", "ase", {"bank_control": "random_directions"}),
+    "sft": ("SFT on the teacher solutions", "sft", {}),
+    "exgrpo": ("ExGRPO", "exgrpo", {}),
+    "dynamic": ("GRPO + dynamic sampling (DAPO)", "dynamic", {}),
 }
 """``name: (label, kind, option overrides)``; kinds: ``grpo`` (the driver with the probe only), ``oger``, ``ase``,
-``oger_ase``."""
+``oger_ase``, ``exgrpo`` (its replay buffer, the authors' defaults), ``dynamic`` (DAPO's dynamic sampling: flat groups
+refused and refilled, at most 3 generation rounds a step, so up to 3x the samples of the others) and ``sft``
+(TRL's ``SFTTrainer`` on the same prompts' teacher solutions: ``prompts_per_step x num_generations`` (prompt,
+solution) rows a step, as many sequences as an RL step trains on; no probe, no rollouts)."""
 CORE = ("grpo", "oger", "oger_noreward", "ase", "oger_ase")
 CONTROLS = ("oger_batchscale", "oger_norefine", "ase_random")
 
@@ -214,8 +233,25 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
         log_completions=False, disable_tqdm=True, share_prompt_forward=settings.get("share_prompt_forward", False),
     )  # fmt: skip
     components = []
+    train = ladder_dataset(levels=settings["levels"], max_length=settings["max_completion_length"] - 1)["train"]
+    if kind == "sft":
+        return build_sft(common, overrides, train)
     if kind == "grpo":
         args = ExplorationConfig(**common, **overrides)
+    elif kind == "exgrpo":
+        from trl_explore.exgrpo.component import ExGRPOComponent
+        from trl_explore.exgrpo.config import ExGRPOConfig
+        from trl_explore.exgrpo.options import ExGRPOOptions
+
+        args = ExGRPOConfig(**common, **overrides)
+        components = [ExGRPOComponent(ExGRPOOptions.from_config(args))]
+    elif kind == "dynamic":
+        from trl_explore.dynamic_sampling.component import DynamicSamplingComponent
+        from trl_explore.dynamic_sampling.config import DynamicSamplingConfig
+        from trl_explore.dynamic_sampling.options import DynamicSamplingOptions
+
+        args = DynamicSamplingConfig(**common, **overrides)
+        components = [DynamicSamplingComponent(DynamicSamplingOptions.from_config(args))]
     elif kind == "oger":
         from trl_explore import OGERConfig
         from trl_explore.oger.component import OGERComponent
@@ -240,8 +276,26 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
 
             args = OGERASEConfig(**common, **ase, embedding_model="embedded", **overrides)
             components = [OGERComponent(OGEROptions.from_config(args)), ASEComponent(ASEOptions.from_config(args))]
-    train = ladder_dataset(levels=settings["levels"], max_length=settings["max_completion_length"] - 1)["train"]
     return ExplorationTrainer("embedded", args=args, train_dataset=train, components=[*components, DynamicsProbe()])
+
+
+def build_sft(common: dict, overrides: dict, train):
+    """The SFT baseline's trainer: TRL's ``SFTTrainer`` on the teacher solutions of the RL runs' training prompts
+    (:func:`trl_explore.sft.teacher_sft_dataset`), with the RL runs' steps, learning rate, seed and sequences a step;
+    the loss covers the solution tokens only."""
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    from trl_explore.defaults import resolve_model_path
+    from trl_explore.sft import SFTBaselineConfig, teacher_sft_dataset
+
+    rl_only = ("num_generations", "entropy_coef", "beta", "temperature", "log_completions",
+               "share_prompt_forward")
+    sft = {k: v for k, v in common.items() if k not in rl_only}
+    args = SFTBaselineConfig(**sft, max_length=512, **overrides)
+    path = resolve_model_path("embedded")
+    return SFTTrainer(path, args=args, train_dataset=teacher_sft_dataset(train),
+                      processing_class=AutoTokenizer.from_pretrained(path))
 
 
 def code_version() -> str | None:
@@ -274,7 +328,7 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
         result = end.by_format[prompt_format]["end"]
         by_format[prompt_format]["end"] = {"summary": result.summary(), "result": result.to_dict()}
     heldout = by_format["training"]
-    ase = [c for c in trainer.components if c.name == "ase"]
+    ase = [c for c in getattr(trainer, "components", ()) if c.name == "ase"]
     banks = ase[0].bank_diagnostics if ase else None
     result = {"method": method, "label": METHODS[method][0], "seed": seed, "settings": settings,
               "log_history": trainer.state.log_history, "heldout": heldout, "heldout_by_format": by_format,
@@ -298,7 +352,8 @@ def main(argv=None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(CORE) + list(CONTROLS), choices=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--preset", choices=list(PRESETS), default="ladder",
-                        help="the study: 'ladder' (8 steps, issue 23) or 'collapse' (30 steps where GRPO collapses)")
+                        help="the study: 'ladder' (8 steps, issue 23), 'collapse' (30 steps where GRPO collapses) or "
+                             "'guidance' (20 steps where most groups start all wrong, issue 47)")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="default: the preset's folder")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of each run (default: torch's)")
     parser.add_argument("--workers", type=int, default=1,
@@ -360,6 +415,10 @@ def main(argv=None) -> None:
                 if args.commit and proc.returncode == 0 and result.is_file():
                     commit_result(result, f"{args.preset} study: {method} seed {seed} ({args.out.name})")
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    if args.preset == "guidance":  # its report (verdicts, never-to-solved counts) comes with the study's runs
+        print(f"[dynamics] guidance: {len(list(args.out.glob('runs/*/*/result.json')))} runs finished under "
+              f"{args.out / 'runs'}; no report yet", flush=True)
+        return
     if args.preset == "collapse":
         from collapse_report import report
     else:

@@ -16,6 +16,16 @@ def test_online_token_mean_leaves_out_offline_rows_and_padding():
     assert total.item() == pytest.approx(15.5) and count.item() == 6
 
 
+def test_online_rows_leave_out_teacher_and_rewritten_rows():
+    from trl_explore.evaluation.probes import online_rows
+
+    owner = [None, "oger", "exgrpo", None]
+    offline = [False, True, False, True]
+    assert online_rows(owner, offline) == [True, False, False, False]
+    with pytest.raises(ValueError, match="differ in length"):
+        online_rows(owner, offline[:2])
+
+
 def test_group_outcomes_on_hand_values():
     # two groups of 4: [1, 0, teacher 1, 1] (online 1, 0, 1: mixed) and [1, 1, 1, nan] (all correct, one unscored)
     correct = [1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("nan")]

@@ -121,6 +121,15 @@ def within_group_disagreement(answers: Sequence[str | None], online: Sequence[bo
     return differing / counted if counted else None
 
 
+def online_rows(owner: Sequence[str | None], offline: Sequence[bool]) -> list[bool]:
+    """The rows the policy sampled in this generation: ``[B]`` True where no component wrote the row (``owner`` None)
+    and it is not a teacher row (``offline`` False). OGER's teacher rows and ExGRPO's replayed trajectories (written
+    by an earlier policy) are not online."""
+    if len(owner) != len(offline):
+        raise ValueError(f"owner and offline differ in length: {len(owner)} and {len(offline)}")
+    return [o is None and not off for o, off in zip(owner, offline)]
+
+
 class DynamicsProbe(Component):
     """Per-step dynamics of any trainer's online rows (module docstring); add it last to ``components``.
 
@@ -137,6 +146,9 @@ class DynamicsProbe(Component):
 
     name = "dynamics"
     console_keys = ("dynamics/online_entropy", "dynamics/failed_ratio", "dynamics/answer_disagreement")
+    # no per-row state from generation: batch_fields reads Rollout.owner / Rollout.offline as they are after every
+    # rewrite (ExGRPO's replay in edit_scored included), observe_forward the loss batch's is_offline
+    follows_row_owners = True
 
     def __init__(self, teacher_column: str = "offline_completions", correctness_reward_index: int = 0,
                  teacher_prob: bool = True):
@@ -180,7 +192,7 @@ class DynamicsProbe(Component):
         correct = batch.rewards_per_func[:, self.correctness_reward_index].detach().float().cpu()
         threshold = threshold_of(t.args)  # one rule: rewards.correctness
         correct = correctness_values(correct, threshold).tolist()  # 1 correct, 0 wrong, NaN not scored
-        online_local = [not off for off in rollout.offline]
+        online_local = online_rows(rollout.owner, rollout.offline)
         online = gather_object(online_local)
         group = rollout.num_generations
         for key, value in group_outcomes(correct, online, group).items():
