@@ -100,6 +100,22 @@ def test_the_probe_measures_once_per_cpu_torch_and_thread_count(tmp_path, monkey
     assert probe_precision(cache=False) and len(calls) == 3  # cache=False always measures
     (tmp_path / "cpu_precision.json").write_text("{torn")
     assert not probe_precision().cached and len(calls) == 4  # a torn cache file is measured again and rewritten
+    # one model name, other bfloat16 flags (a VM shows "AMD EPYC" for Zen 3 and Zen 4): another reading
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert not probe_precision().cached and len(calls) == 5
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
+    assert not probe_precision().cached and len(calls) == 6
+    assert probe_precision().cached and len(calls) == 6
+
+
+def test_a_slow_product_is_timed_within_the_budget(monkeypatch):
+    clock = iter(range(0, 10_000, 2))  # every perf_counter call 2 s later: the warm-up alone overruns a 1 s budget
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: next(clock))
+    assert precision._best_matmul_ms(2, 2, 2, torch.float32, repeats=5, budget_s=1.0) == 2000
+    ticks = iter([0.0, 0.1] + [x / 10 for x in range(10, 40)])  # warm-up 0.1 s, then every product 0.1 s
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: next(ticks))
+    assert precision._best_matmul_ms(2, 2, 2, torch.float32, repeats=50, budget_s=0.25) == pytest.approx(100)
+    assert next(ticks) == pytest.approx(1.6)  # 3 repeats (0.3 s > 0.25 s), 6 clock reads after the warm-up's 2
 
 
 def test_a_real_measurement_times_every_shape_in_both_precisions():

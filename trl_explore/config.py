@@ -108,9 +108,9 @@ class ExplorationConfig(GRPOConfig):
             weights and optimizer, bfloat16 autocast for the loss forward and backward, the rollouts and the held-out
             evaluation), `"float32"` plain float32, `"auto"` bfloat16 where a short measurement on first use finds it
             clearly faster than float32 on this CPU (`trl_explore.precision.probe_precision`: a few matrix products in
-            both precisions, cached per CPU model, torch version and thread count), else float32. Sets `use_cpu` and
-            `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on a GPU, where
-            `bf16` / `fp16` keep TRL's meaning.
+            both precisions, cached per CPU model, bfloat16 flags, torch version and thread count), else float32. Sets
+            `use_cpu` and `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on
+            a GPU, where `bf16` / `fp16` keep TRL's meaning.
         share_prompt_forward (`bool`, defaults to `False`):
             Score completions with each group's prompt run once (`trl_explore.prefix_forward`): the prompt's key/value
             cache is repeated over the group's rows, so a forward reads `P - 1 + G (T + 1)` columns a group instead

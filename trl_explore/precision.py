@@ -142,22 +142,33 @@ class PrecisionProbe:
                 f"{', cached' if self.cached else ''})")
 
 
-def _best_matmul_ms(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -> float:
+def _best_matmul_ms(m: int, k: int, n: int, dtype: torch.dtype, repeats: int, budget_s: float = 1.0) -> float:
+    """Best milliseconds of ``(m x k) @ (k x n)`` in ``dtype`` over up to ``repeats`` calls after one warm-up, within
+    about ``budget_s`` seconds: a warm-up slower than the budget is the reading (a CPU that emulates bfloat16 took
+    3.7 s for one LM-head product, where float32 took 0.08 s), and the repeats stop once they have spent it."""
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=generator).to(dtype)
     b = torch.randn(k, n, generator=generator).to(dtype)
+    start = time.perf_counter()
     a @ b  # warm-up: the kernel's first call allocates and dispatches
-    best = math.inf
+    warm_up = time.perf_counter() - start
+    if warm_up > budget_s:
+        return 1000 * warm_up
+    best, spent = math.inf, 0.0
     for _ in range(repeats):
         start = time.perf_counter()
         a @ b
-        best = min(best, time.perf_counter() - start)
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+        if spent > budget_s:
+            break
     return 1000 * best
 
 
 def measure_precision(repeats: int = 5) -> PrecisionProbe:
     """Time each :data:`PROBE_SHAPES` product in float32 and in bfloat16 (best of ``repeats``, after one warm-up) at
-    torch's current thread count. About a second on a 2-core CPU.
+    torch's current thread count. About a second on a 2-core CPU with fast bfloat16; about 6 s on one that emulates it
+    (each product's repeats stop after about a second: :func:`_best_matmul_ms`).
 
     Raises:
         RuntimeError: torch cannot multiply bfloat16 matrices on this CPU.
@@ -177,12 +188,16 @@ def probe_precision(cache: bool = True) -> PrecisionProbe:
     """The float32 / bfloat16 reading of this CPU (:func:`measure_precision`), measured once and cached.
 
     The cache is ``<trl_explore cache>/cpu_precision.json`` (``$TRL_EXPLORE_CACHE`` or ``~/.cache/trl_explore``), one
-    entry per CPU model, torch version and thread count; delete it to measure again.
+    entry per CPU model, bfloat16 flags, torch version and thread count; delete it to measure again. The flags are in
+    the key because a virtual machine may show one model name for CPUs that differ: two "AMD EPYC" machines of this
+    project measured bfloat16 2.6x faster (Zen 4, ``avx512_bf16``) and 70x slower (Zen 3, no such flag), and a cache
+    in a home folder shared by both must not carry one's reading to the other.
 
     Args:
         cache: read and write the cache file (False: measure every call).
     """
-    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    flags = ",".join(bf16_flags(cpu_flags())) or "no bfloat16 flags"
+    key = f"{cpu_model()} | {flags} | torch {torch.__version__} | {torch.get_num_threads()} threads"
     path = _probe_cache_path()
     entries = {}
     if cache:
