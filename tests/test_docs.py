@@ -70,6 +70,10 @@ NOT_RUN = {
     ("docs/reproduction.md",
      "nohup nice -n 5 bash benchmarks/run_collapse_study.sh > collapse.log 2>&1 &   # resumable; commits each run"):
         "the collapse study: hours of the machine, across sessions",
+    ("docs/reproduction.md",
+     "python benchmarks/guidance_setting.py                                            # the setting's evidence "
+     "(validation)"):
+        "the guidance study: the setting rewrites its committed tables; the runs take many hours, across sessions",
     ("docs/reproduction.md", "git worktree add ../study b1823de && OUT=$PWD/benchmarks/results/collapse "
                              "PYTHONPATH=$(realpath ../study) nohup nice -n 5 bash "
                              "../study/benchmarks/run_collapse_study.sh > collapse.log 2>&1 &"):
