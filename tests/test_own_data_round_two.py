@@ -161,6 +161,51 @@ def test_a_busy_output_folder_is_refused_early_writing_nothing(tmp_path):
     assert OutputDirInUse in user_error_types()  # the scripts print it as one line
 
 
+def test_a_training_run_holds_its_folder_from_the_start(tmp_path):
+    # found by a newcomer: a second run started while the first one checked readiness passed the early check, then
+    # evaluated, wrote into the busy folder and died with a traceback when the first run's trainer locked it
+    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
+    from trl_explore.disk import LOCK_NAME, held_by_this_run, run_output_lock
+
+    folder = tmp_path / "run"
+    with run_output_lock(str(folder)):
+        assert held_by_this_run(str(folder)) and (folder / LOCK_NAME).is_file()
+        with pytest.raises(OutputDirInUse, match=re.escape(f"output_dir {folder} is in use by another run (pid ")):
+            check_output_dir_free(str(folder))  # the second run's first check
+        with pytest.raises(OutputDirInUse):
+            OutputDirLock(str(folder)).acquire()
+    assert not held_by_this_run(str(folder)) and not folder.exists()  # created here, nothing written: removed
+    with run_output_lock(str(folder)):
+        (folder / "model.safetensors").write_text("x")
+    assert (folder / "model.safetensors").is_file()  # a folder with the run's files stays, unlocked
+    lock = OutputDirLock(str(folder))
+    lock.acquire()
+    lock.release()
+    with run_output_lock(str(tmp_path / "dry"), take=False):  # a run that trains nothing only checks
+        assert not (tmp_path / "dry").exists() and not held_by_this_run(str(tmp_path / "dry"))
+    lock = OutputDirLock(str(folder))
+    lock.acquire()
+    try:
+        with pytest.raises(OutputDirInUse), run_output_lock(str(folder), take=False):
+            pass
+    finally:
+        lock.release()
+
+
+def test_the_lock_names_the_whole_command(tmp_path, monkeypatch):
+    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
+
+    argv = ["train_oger.py", "--dataset_name", "mydata.jsonl", "--output_dir", "outputs/busy", "--max_steps", "2"]
+    monkeypatch.setattr("sys.argv", argv)
+    lock = OutputDirLock(str(tmp_path))
+    lock.acquire()
+    try:
+        with pytest.raises(OutputDirInUse, match=re.escape(": " + " ".join(argv) + ")")):
+            check_output_dir_free(str(tmp_path))
+    finally:
+        lock.release()
+
+
 # ---------------------------------------------------------------- 2. runs that train nothing
 @pytest.mark.slow
 @pytest.mark.parametrize("flags, last", [(["--readiness_only"], "[t] --readiness_only: stopped after the check; "

@@ -63,6 +63,16 @@ def test_auto_follows_the_measurement(float32_ms, bfloat16_ms, expected):
     assert cpu_compute_dtype("auto", lambda: probe) == expected
 
 
+def test_a_slower_bfloat16_reads_as_how_many_times_slower():
+    # found by a newcomer on a CPU that emulates bfloat16: "bfloat16 measured 0.0x as fast as float32"
+    probe = _probe((24.0, 72.0), (952.0, 3602.0))
+    assert probe.summary() == ("bfloat16 measured 45x slower than float32 (a training forward's MLP matmul 40x "
+                               "slower, a decoding step's LM head 50x slower; 2 threads)")
+    assert _probe((33.5, 60.0), (50.6, 43.0)).summary().startswith(  # the geometric mean 0.96: about as fast
+        "bfloat16 measured 1.0x as fast as float32 (a training forward's MLP matmul 1.5x slower, a decoding step's "
+        "LM head 1.4x;")
+
+
 def test_the_probe_summary_and_speedups_by_hand():
     probe = _probe((31.0, 75.0), (11.0, 30.0))
     assert probe.speedups == pytest.approx((31 / 11, 2.5))
@@ -186,7 +196,7 @@ def test_the_precision_line_says_what_and_why():
     off = types.SimpleNamespace(bf16=False, fp16=False, cpu_precision="auto")
     assert precision_line(off, cpu, flags=set(), probe=_probe((33.5, 60.0), (50.6, 43.0), cached=True)) == (
         "precision: float32 on the CPU: cpu_precision='auto', bfloat16 measured 1.0x as fast as float32 (a training "
-        "forward's MLP matmul 0.7x, a decoding step's LM head 1.4x; 2 threads, cached); no bfloat16 CPU flag")
+        "forward's MLP matmul 1.5x slower, a decoding step's LM head 1.4x; 2 threads, cached); no bfloat16 CPU flag")
     forced = types.SimpleNamespace(bf16=True, fp16=False, cpu_precision="bfloat16")
     assert precision_line(forced, cpu, flags={"amx_bf16"}).endswith(": cpu_precision='bfloat16'; CPU flag amx_bf16")
 

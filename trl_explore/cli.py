@@ -443,11 +443,21 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     Returns:
         The trained trainer (its process group already ended).
     """
+    # the run's hold on output_dir (trl_explore.disk.run_output_lock) is let go on every way out, a user error's
+    # exit included
+    with contextlib.ExitStack() as run_stack:
+        return _run_recipe(config_cls, recipe, tag, build_trainer, metric_prefixes, script_cls, argv, after_train,
+                           rollouts, run_stack)
+
+
+def _run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, script_cls, argv, after_train,
+                rollouts: bool, run_stack: contextlib.ExitStack):
+    """:func:`run_recipe`'s body; ``run_stack`` holds what the run keeps until it ends (``output_dir``'s lock)."""
     import time
 
-    from trl_explore.checkpoints import check_output_dir_free
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
+    from trl_explore.disk import run_output_lock
     from trl_explore.evaluation.heldout import save_heldout
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
     from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data
@@ -469,8 +479,13 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
         parsed = parse_args(types, recipe, argv, sections)
         script_args, eval_args, training_args, model_args = parsed[0], parsed[1], parsed[-2], parsed[-1]
         ready_args = parsed[2] if rollouts else None
-        if os.environ.get("RANK", "0") == "0":  # a busy output folder: refused before any model loads, nothing written
-            check_output_dir_free(training_args.output_dir)
+        readiness_only = bool(ready_args is not None and ready_args.readiness_only)
+        no_training = readiness_only or training_args.max_steps == 0  # nothing trained, nothing saved
+        existed = pathlib.Path(training_args.output_dir).exists()
+        # a busy output folder: refused before any model loads, nothing written; a run that trains holds the folder
+        # from here on, so a second run started while this one checks readiness or evaluates is refused at once
+        if os.environ.get("RANK", "0") == "0":
+            run_stack.enter_context(run_output_lock(training_args.output_dir, take=not no_training))
         check_hub_access(training_args)  # with --push_to_hub: token and Hub checked before any data or model
         if getattr(training_args, "gold_normalizer", None) == "none":  # the data's phrasing rules for golds (CHAMP)
             training_args.gold_normalizer = gold_normalizer_for(script_args.dataset_name)
@@ -495,9 +510,6 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
                                      gold_normalizer=getattr(training_args, "gold_normalizer", "none") or "none",
                                      grader_mode=getattr(training_args, "grader_mode", "math_verify"))
         dataset, own_eval = training_and_eval_data(script_args, dataset, seed=training_args.seed)  # your own held-out
-        readiness_only = bool(ready_args is not None and ready_args.readiness_only)
-        no_training = readiness_only or training_args.max_steps == 0  # nothing trained, nothing saved
-        existed = pathlib.Path(training_args.output_dir).exists()
         trainer, lines = build_trainer(model_name, training_args, model_args, dataset, own_eval)
         if own_eval is not None and trainer.accelerator.is_main_process:  # saved for examples/evaluate.py
             if no_training:

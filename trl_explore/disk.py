@@ -7,6 +7,7 @@ JSON); :class:`OutputDirLock` is the lock a training run holds on its ``output_d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -14,6 +15,7 @@ import re
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 
 
 class CheckpointWriteError(OSError):
@@ -125,6 +127,10 @@ class OutputDirInUse(RuntimeError):
     """Another run holds ``output_dir``'s lock; the message names the folder and that run's process."""
 
 
+_RUN_FOLDERS: set[str] = set()
+"""The output folders whose lock this process's run holds (:func:`run_output_lock`), by real path."""
+
+
 class OutputDirLock:
     """One writer per output folder: an exclusive ``fcntl.flock`` on ``folder/LOCK_NAME``, held from
     :meth:`acquire` to :meth:`release` (or the process's end: the kernel drops the lock of a killed process, so none
@@ -166,7 +172,7 @@ class OutputDirLock:
                 f"output_dir {self.folder} is in use by another run ({holder}): two runs writing one folder overwrite "
                 "each other's checkpoints. Wait for it to end, stop it, or give this run another output_dir") from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(_command_line())}
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(_command_line())[:1000]}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
         self._fd = fd
@@ -215,16 +221,58 @@ def check_output_dir_free(folder: str) -> None:
         os.close(fd)  # closing drops the lock this call may have taken
 
 
+def held_by_this_run(folder: str) -> bool:
+    """Whether this process's run already holds ``folder``'s lock (:func:`run_output_lock`): the trainer then takes
+    no second one (a second lock in one process is refused, :class:`OutputDirLock`)."""
+    return os.path.realpath(folder) in _RUN_FOLDERS
+
+
+@contextlib.contextmanager
+def run_output_lock(folder: str, take: bool = True) -> Iterator[None]:
+    """The whole run's hold on ``output_dir`` (the training scripts enter it right after parsing, before any data or
+    model loads): with ``take``, :class:`OutputDirLock` is acquired at once, so a second run started while this one
+    checks readiness or evaluates is refused at its start, in one line, before it writes anything; without it (a run
+    that trains and saves nothing) the folder is only checked (:func:`check_output_dir_free`). On exit the lock is let
+    go, and a folder this call created that holds nothing but the lock file (a run that stopped before writing) is
+    removed.
+
+    Raises:
+        OutputDirInUse: another run holds the folder (names it and that run's pid, host and command).
+    """
+    if not take:
+        check_output_dir_free(folder)
+        yield
+        return
+    existed = os.path.exists(folder)
+    lock = OutputDirLock(folder)
+    lock.acquire()
+    _RUN_FOLDERS.add(os.path.realpath(folder))
+    try:
+        yield
+    finally:
+        _RUN_FOLDERS.discard(os.path.realpath(folder))
+        lock.release()
+        if not existed:
+            with contextlib.suppress(OSError):
+                if os.listdir(folder) == [LOCK_NAME]:
+                    os.remove(os.path.join(folder, LOCK_NAME))
+                    os.rmdir(folder)
+
+
 def _command_line() -> list[str]:
     import sys
 
-    return [os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:4]]
+    return [os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]]
+
+
+def _shortened(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 4] + " ..."
 
 
 def _read_holder(fd: int) -> str:
     try:
         holder = json.loads(os.pread(fd, 4096, 0).decode() or "null")
         return (f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: "
-                f"{holder['command'][:100]}")
+                f"{_shortened(holder['command'], 200)}")
     except (OSError, ValueError, TypeError, KeyError):
         return "a process that has not written its pid yet"

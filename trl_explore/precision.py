@@ -135,11 +135,21 @@ class PrecisionProbe:
 
     def summary(self) -> str:
         """One clause for the start line, e.g. ``"bfloat16 measured 2.6x as fast as float32 (a training forward's
-        MLP matmul 2.8x, a decoding step's LM head 2.5x; 2 threads)"``."""
-        parts = ", ".join(f"{what} {s:.1f}x" for (what, _), s in zip(PROBE_SHAPES, self.speedups))
+        MLP matmul 2.8x, a decoding step's LM head 2.5x; 2 threads)"``; where bfloat16 is slower, how many times:
+        ``"bfloat16 measured 45x slower than float32 (a training forward's MLP matmul 40x slower, ...)"``."""
+        parts = ", ".join(f"{what} {_times(s)}" for (what, _), s in zip(PROBE_SHAPES, self.speedups))
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
-        return (f"bfloat16 measured {self.speedup:.1f}x as fast as float32 ({parts}; {threads}"
-                f"{', cached' if self.cached else ''})")
+        overall = f"{_times(self.speedup)} as fast as" if self.speedup >= 0.95 else f"{_times(self.speedup)} than"
+        return f"bfloat16 measured {overall} float32 ({parts}; {threads}{', cached' if self.cached else ''})"
+
+
+def _times(speedup: float) -> str:
+    """``2.8x`` for a speed-up (``1.0x`` from 0.95), ``1.7x slower`` / ``45x slower`` below (a "0.0x" said
+    nothing)."""
+    if speedup >= 0.95:
+        return f"{speedup:.1f}x"
+    slower = 1.0 / speedup
+    return f"{slower:.1f}x slower" if slower < 10 else f"{slower:.0f}x slower"
 
 
 def _best_matmul_ms(m: int, k: int, n: int, dtype: torch.dtype, repeats: int, budget_s: float = 1.0) -> float:

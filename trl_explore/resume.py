@@ -52,6 +52,7 @@ from trl_explore.checkpoints import (
     run_record,
     write_record,
 )
+from trl_explore.disk import held_by_this_run
 
 logger = logging.getLogger(__name__)
 
@@ -331,7 +332,7 @@ class ResumableTrainerMixin:
         from accelerate.utils import gather_object
 
         lock, refusal = None, None
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process and not held_by_this_run(self.args.output_dir):  # the script holds it
             lock = OutputDirLock(self.args.output_dir)
             try:
                 lock.acquire()
