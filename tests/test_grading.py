@@ -6,8 +6,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trl_explore.rewards.grading import GUARDS, MODES, GraderOptions, collapsed_by_rounding, grade
-from trl_explore.rewards.math_verify_reward import MathVerifyReward, grade_batch
+from trl_explore.rewards.grading import (
+    GUARDS,
+    MODES,
+    GoldAnswerError,
+    GraderOptions,
+    collapsed_by_rounding,
+    grade,
+    read_gold,
+)
+from trl_explore.rewards.math_verify_reward import MathVerifyReward, grade_batch, verify_answer
 
 DEFAULT = GraderOptions()
 
@@ -264,3 +272,102 @@ def test_bad_gold_and_option_types_are_named():
     with pytest.raises(ValueError, match="column 'problem_id' must hold one id per completion"):
         MathVerifyReward()(completions=["a", "b"], answer=["5", "6"], problem_id=[7])
     assert grade_batch((c for c in [r"\boxed{5}"]), [b"5"]) == [True]  # any iterable; bytes decoded
+
+
+# --------------------------------------------------------------------------------------------------
+# Golds from your own data: a mixed number means its value; a mark for a missing answer is no gold
+# --------------------------------------------------------------------------------------------------
+
+# (gold, completion, verdict). Before the fix the gold "3 3/4" was read as 3: \boxed{3} was right, its value wrong.
+MIXED_NUMBER_GOLD_CASES = [
+    ("3 3/4", r"\boxed{15/4}", True),
+    ("3 3/4", r"\boxed{3.75}", True),
+    ("3 3/4", r"\boxed{3 3/4}", True),
+    ("3 3/4", r"\boxed{3\frac{3}{4}}", True),
+    ("3 3/4", "Adding the two jugs gives 3 3/4 litres.", True),  # the mixed_number guard reads the answer alike
+    ("3 3/4", r"\boxed{3}", False),  # the whole part alone
+    ("3 3/4", r"\boxed{3/4}", False),  # the fraction alone
+    ("3 3/4", r"\boxed{9/4}", False),  # not the product 3 * 3/4
+    ("-1 2/5", r"\boxed{-\frac{7}{5}}", True),
+    ("-1 2/5", r"\boxed{-1.4}", True),
+    ("-1 2/5", r"\boxed{7/5}", False),
+    ("$12 5/8$", r"\boxed{\frac{101}{8}}", True),  # a dollar-wrapped plain mixed number too
+    ("12 5/8", r"\boxed{12}", False),
+    ("0 1/3", r"\boxed{\frac13}", True),
+]
+
+
+@pytest.mark.parametrize("gold, completion, expected", MIXED_NUMBER_GOLD_CASES)
+def test_a_mixed_number_gold_means_its_value(gold, completion, expected):
+    assert verify_answer(completion, gold) is expected
+
+
+@pytest.mark.parametrize("mode", ["strict", "boxed", "trl"])
+def test_a_mixed_number_gold_means_its_value_in_every_mode(mode):
+    assert verify_answer(r"\boxed{2.5}", "2 1/2", mode=mode) is True
+    assert verify_answer(r"\boxed{1}", "2 1/2", mode=mode) is False  # 2 * 1/2, the old reading
+    assert verify_answer(r"\boxed{2}", "2 1/2", mode=mode) is False
+
+
+def without_cups(gold: str) -> list[str]:
+    """A gold normaliser of the kind docs/own-data.md shows: the unit dropped."""
+    return [gold.removesuffix(" cups")]
+
+
+def test_a_mixed_number_is_read_after_the_gold_normaliser():
+    options = GraderOptions(gold_normalizer=without_cups)
+    assert grade(r"\boxed{\frac{9}{4}}", "2 1/4 cups", options) is True
+    assert grade(r"\boxed{2}", "2 1/4 cups", options) is False
+
+
+@pytest.mark.parametrize("gold", ["6 7/4", "6 0/4", "y = 4 1/3", "1 1/2, 2 1/2", "2 1/4 cups"])
+def test_a_whole_number_next_to_a_fraction_that_is_not_one_mixed_number_is_refused(gold):
+    # an improper or zero fraction, or a mixed number inside more text: no reading of it is certain (Math-Verify read
+    # a part of each: "6 7/4" as 7, "y = 4 1/3" as 1)
+    with pytest.raises(GoldAnswerError, match="whole number next to a fraction"):
+        read_gold(gold)
+    assert grade_batch([r"\boxed{1}"], [gold]) == [None]
+
+
+MISSING_ANSWER_MARKS = ["n/a", "N/A", "N / a", "NA", "NA.", r"\text{N/A}", "$n/a$", "TBD", r"\text{TBD}", "todo",
+                        "NaN", "null"]  # fmt: skip
+
+
+@pytest.mark.parametrize("gold", MISSING_ANSWER_MARKS)
+def test_a_mark_for_a_missing_answer_is_not_a_gold(gold):
+    # before: "n/a" and "N/A" were read as n divided by a ("\boxed{n/a}" was right), "NA" as N times A, "\text{TBD}"
+    # as a text answer
+    with pytest.raises(GoldAnswerError, match="marks a missing answer"):
+        read_gold(gold)
+    assert grade_batch([r"\boxed{n/a}", r"\boxed{0}"], [gold, gold]) == [None, None]
+
+
+@pytest.mark.parametrize("gold", ["", "  ", "-", "?", "...", "none", "None", "unknown", "#N/A"])
+def test_other_non_answers_stay_refused(gold):
+    with pytest.raises(GoldAnswerError):
+        read_gold(gold)
+
+
+# golds that state a value, some close to a missing-answer mark or a mixed number: each still read, and right
+READABLE_GOLDS = [
+    ("a/n", r"\boxed{\frac{a}{n}}"),
+    ("na", r"\boxed{an}"),  # lowercase: the product n * a, not "NA"
+    ("x", r"\boxed{x}"),
+    ("0", r"\boxed{0}"),
+    ("-17", r"\boxed{-17}"),
+    ("0.125", r"\boxed{\frac{1}{8}}"),
+    ("5/8", r"\boxed{0.625}"),
+    (r"\frac{5}{8}", r"\boxed{5/8}"),
+    (r"\sqrt{7}", r"\boxed{\sqrt{7}}"),
+    ("[2, 9)", r"\boxed{[2, 9)}"),
+    ("(4, -3)", r"\boxed{(4, -3)}"),
+    ("y = 11", r"\boxed{11}"),
+    ("x=2, y=7", r"\boxed{(2, 7)}"),
+    (r"5\frac{1}{3}", r"\boxed{16/3}"),  # a LaTeX mixed number: Math-Verify's own reading
+    ("2/3 + 1/6", r"\boxed{5/6}"),
+]
+
+
+@pytest.mark.parametrize("gold, completion", READABLE_GOLDS)
+def test_golds_that_state_a_value_are_still_read(gold, completion):
+    assert verify_answer(completion, gold) is True

@@ -19,6 +19,7 @@ from trl_explore.rewards.guards import (
     is_plain_number,
     locate_answer,
     mixed_number_answer,
+    mixed_number_value,
     prompt_echo,
     retraction_after,
     rewrite_for_recall,
@@ -131,6 +132,15 @@ def test_mixed_number_answer_values():
         assert mixed_number_answer(text, locate_answer(text)) == value
     for text in ["The answer is 2 5/3", "The answer is 2 + 2/3 = 8/3", "x^2 2/3", "The answer is 12/4"]:
         assert mixed_number_answer(text, locate_answer(text)) is None, text
+
+
+def test_mixed_number_value_reads_only_text_that_is_one_mixed_number():
+    # the reading of a plain-text gold: the same mixed numbers as in answers, and only when they are all of the text
+    for text, value in [("4 2/5", sympy.Rational(22, 5)), ("-1 1/8", sympy.Rational(-9, 8)),
+                        (" 10 3/7 ", sympy.Rational(73, 7)), ("0 5/6", sympy.Rational(5, 6))]:  # fmt: skip
+        assert mixed_number_value(text) == value, text
+    for text in ["4 7/5", "4 0/5", "4 2/5 kg", "z = 4 2/5", "2/5", "4", "4 2/5/3", "4.5 1/2", "4 2.5/6"]:
+        assert mixed_number_value(text) is None, text
 
 
 def test_prompt_echo_on_hand_cases():

@@ -53,6 +53,32 @@ def test_a_gold_in_words_is_refused_at_load_naming_the_rows(tmp_path):
                                   offline=False)) == 4
 
 
+def test_a_mark_for_a_missing_answer_is_refused_at_load_as_a_word_is(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(6)
+    rows[1]["answer"], rows[2]["answer"], rows[5]["answer"] = "n/a", "N/A", "TBD"  # before: "n/a" loaded, as n / a
+    path = _file(tmp_path, rows)
+    with pytest.raises(ValueError) as err:
+        load_training_data(DataArguments(dataset_name=path), 64, offline=False)
+    message = str(err.value)
+    assert message.startswith(f"dataset {path!r}: the grader cannot read the gold answer of 3 of 6 rows (rows 1 (id "
+                              f"'p01'), 2 (id 'p02'), 5 (id 'p05'): 'n/a', 'N/A', 'TBD'), so they would never be "
+                              f"scored")
+    rows[1]["answer"], rows[2]["answer"] = "6 7/4", "x = 2 1/3"  # a whole number next to a fraction, not one mixed
+    rows[5]["answer"] = "NA"  # number; "NA" as pandas writes a missing value
+    with pytest.raises(ValueError, match="cannot read the gold answer of 3 of 6 rows"):
+        load_training_data(DataArguments(dataset_name=_file(tmp_path, rows, "two.jsonl")), 64, offline=False)
+
+
+def test_golds_that_state_a_value_load_mixed_numbers_included(tmp_path):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    golds = ["3 3/4", "-2 1/2", "5/8", "-0.75", r"\frac{1}{2}", r"\sqrt{2}", "[0, 1)", "(1, 2)", "x = 3", "a/n"]
+    rows = [{**row, "answer": gold} for row, gold in zip(_rows(len(golds)), golds)]
+    assert len(load_training_data(DataArguments(dataset_name=_file(tmp_path, rows)), 64, offline=False)) == len(golds)
+
+
 def test_the_watch_never_crashes_on_metrics_logged_as_none(caplog):
     logs = {"completions/clipped_ratio": None, "frac_reward_zero_std": float("nan"), "rewards/oger_reward/mean": 0.0}
     assert nothing_learned_signals(logs) == {"no_oger_reward": True}  # before: TypeError from float(None)

@@ -157,8 +157,8 @@ def _row_names(dataset, indices, limit: int = 5) -> str:
 
 def check_gold_readable(dataset, dataset_name: str, gold_normalizer: str = "none") -> None:
     """Refuse, when the data is loaded, gold answers the grader cannot read (``"seven"``, ``"x=6, y=5"`` without a
-    gold normaliser): their rows would never be scored (no reward, nothing learned) and used to crash a run after
-    a whole step (issue 46).
+    gold normaliser, a mark for a missing answer such as ``"n/a"``): their rows would never be scored (no reward,
+    nothing learned) and used to crash a run after a whole step (issue 46).
 
     Args:
         dataset: the loaded split, with an ``answer`` column (an ``IterableDataset`` is skipped).

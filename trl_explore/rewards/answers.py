@@ -20,11 +20,13 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtra
 from trl_explore.rewards.ascii_math import (
     ascii_answer_to_latex,
     ascii_to_latex,
+    is_missing_answer_mark,
     looks_like_latex,
     nesting_depth,
     yes_no_word,
 )
 from trl_explore.rewards.gold_text import clean_gold_text
+from trl_explore.rewards.guards import has_mixed_number, mixed_number_value
 from trl_explore.rewards.modes import DEFAULT_MODE, GraderOptions
 
 # Math-Verify warns on every call that its own timeout is off: the worker pool enforces it instead.
@@ -177,6 +179,10 @@ def _own_gold_reading(gold: str, keep_chained_equalities: bool, gold_normalizer=
         if word is not None:
             forms.append(word)
             continue
+        mixed = _mixed_number_form(alternative)
+        if mixed is not None:
+            forms += mixed
+            continue
         if looks_like_latex(alternative):
             latex = re.sub(r"^\$+|\$+$", "", alternative).strip()
         else:
@@ -191,6 +197,26 @@ def _own_gold_reading(gold: str, keep_chained_equalities: bool, gold_normalizer=
     if len({form in ("yes", "no") for form in forms}) > 1:
         raise GoldAnswerError(f"gold answer {gold!r} mixes a yes/no word with maths")
     return forms
+
+
+def _mixed_number_form(text: str) -> list | None:
+    """``[value, text]`` of a plain-text gold that is one mixed number, read as the ``mixed_number`` guard reads
+    answers (``3 3/4``: 15/4, ``-2 1/2``: -5/2; Math-Verify reads ``3 3/4`` as ``3``, :func:`ascii_to_latex` as
+    ``3 * 3/4``); None for text without a whole number next to a fraction, and for LaTeX (Math-Verify reads
+    ``3\\frac{3}{4}`` as 15/4 itself).
+
+    Raises:
+        GoldAnswerError: a whole number next to a fraction that is not all of the text, or whose fraction is not
+            proper (``3 5/4``, ``x = 3 3/4``, ``1 1/2, 2``): no reading of it is certain.
+    """
+    if looks_like_latex(text) or not has_mixed_number(text):
+        return None
+    value = mixed_number_value(text)
+    if value is None:
+        raise GoldAnswerError(f"gold answer {text!r} writes a whole number next to a fraction, which is read only "
+                              "when the whole gold is one mixed number with a proper fraction ('3 3/4'); write its "
+                              "value instead ('15/4')")
+    return [value, text.strip()]
 
 
 @functools.lru_cache(maxsize=8192)
@@ -209,6 +235,13 @@ def _read_gold_uncached(gold: str, keep_chained_equalities: bool, gold_normalize
         raise GoldAnswerError(f"gold answer longer than {MAX_ANSWER_CHARS} characters: {text[:80]!r}...")
     if nesting_depth(text) > MAX_NESTING:
         raise GoldAnswerError(f"gold answer {text[:80]!r} has brackets nested deeper than {MAX_NESTING}")
+    if is_missing_answer_mark(text):
+        raise GoldAnswerError(f"gold answer {gold!r} marks a missing answer, it states no value")
+    bare = re.sub(r"^\$+|\$+$", "", text).strip()
+    if not looks_like_latex(bare) and has_mixed_number(bare):
+        # a whole number next to a fraction: Math-Verify reads a part of it (its issue #34), so only this package's
+        # reading counts (a mixed number's value, or GoldAnswerError)
+        return _own_gold_reading(bare, keep_chained_equalities, gold_normalizer)
     mv_reading = mv_parse(str(gold))
     word = yes_no_word(text)
     if word is not None and not mv_reading:
@@ -256,7 +289,8 @@ def read_gold(gold: Any, keep_chained_equalities: bool = True, gold_normalizer=N
         Cached per process.
 
     Raises:
-        GoldAnswerError: None, empty, too long or deep, or no reading parses it.
+        GoldAnswerError: None, empty, too long or deep, a mark for a missing answer (``n/a``, ``NA``, ``TBD``), a
+            whole number next to a fraction that is not one mixed number (``3 5/4``), or no reading parses it.
     """
     if gold is None:
         raise GoldAnswerError("gold answer is None")

@@ -78,15 +78,37 @@ def _is_wrapped(text: str) -> bool:
     return bool(text) and text[0] in _OPENERS and _matching_bracket(text, 0) == len(text) - 1
 
 
+def _bare_word(text: str) -> str:
+    """``text`` without ``$``, ``\\text{}``/``\\textbf{}``/``\\mathrm{}``/``\\mbox{}`` wrappers, surrounding spaces
+    and a final ``.`` or ``!``."""
+    word = re.sub(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}", r"\1", text)
+    return word.replace("$", "").strip().rstrip(".!").strip()
+
+
 def yes_no_word(text: str) -> str | None:
     """``"yes"`` or ``"no"`` if ``text`` is just that word, else None.
 
     Case, surrounding ``$``, ``\\text{}``/``\\textbf{}``/``\\mathrm{}``/``\\mbox{}`` wrappers, spaces
     and a final ``.`` or ``!`` are ignored: ``yes_no_word(r"\\text{No}.")`` is ``"no"``.
     """
-    word = re.sub(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}", r"\1", text)
-    word = word.replace("$", "").strip().rstrip(".!").strip().lower()
+    word = _bare_word(text).lower()
     return word if word in ("yes", "no") else None
+
+
+_MISSING_ANSWER_MARKS = {"n/a", "nan", "null", "tbd", "todo"}  # in any case; "NA" in capitals only ("na" is n*a)
+
+
+def is_missing_answer_mark(text: str) -> bool:
+    """True if ``text`` is a mark that a table writes for a missing answer: ``n/a`` (any case, spaces around the
+    slash), ``NA``, ``NaN``, ``null``, ``TBD`` or ``TODO``; wrappers ignored as by :func:`yes_no_word`.
+
+    Such a gold states no answer, yet the readers take it for maths: Math-Verify and :func:`ascii_to_latex` read
+    ``n/a`` as ``n`` divided by ``a`` and ``NA`` as ``N`` times ``A``, and ``\\text{TBD}`` is a text answer that a
+    completion could copy. Example: ``is_missing_answer_mark("N / A")`` is True, ``is_missing_answer_mark("a/n")``
+    False.
+    """
+    word = re.sub(r"\s*/\s*", "/", _bare_word(text))
+    return word == "NA" or word.lower() in _MISSING_ANSWER_MARKS
 
 
 def _read_group(text: str, i: int) -> tuple[str, int]:

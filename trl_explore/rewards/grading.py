@@ -18,7 +18,12 @@ phrasing rules (:mod:`trl_explore.data.champ_answers`), then
 used when Math-Verify's own is empty or not equivalent to it (Math-Verify reads ``2^(n-1)`` as ``2`` and ``x=6, y=5``
 as ``5``). Yes/no golds are words. A gold that neither reading parses, and a plain-text gold in prose or with an
 ellipsis that this package's reader refuses ("Always greater than 20", from which Math-Verify would read ``20``;
-"1, 2, 3, ..."), raise :class:`GoldAnswerError` (the reward gives ``None``: not scored).
+"1, 2, 3, ..."), raise :class:`GoldAnswerError` (the reward gives ``None``: not scored). A plain-text gold that is one
+mixed number means its value (``3 3/4``: 15/4, :func:`~trl_explore.rewards.guards.mixed_number_value`, as the
+``mixed_number`` guard reads answers; Math-Verify reads ``3``); a whole number next to a fraction written any other
+way (``3 5/4``, ``x = 3 3/4``) and a mark for a missing answer (``n/a``, ``NA``, ``TBD``:
+:func:`~trl_explore.rewards.ascii_math.is_missing_answer_mark`; Math-Verify reads ``n/a`` as n divided by a) raise
+:class:`GoldAnswerError` too.
 
 **Modes** (where the final answer of a completion is read; :data:`MODES`):
 

@@ -377,12 +377,28 @@ def mixed_number_answer(text: str, span: AnswerSpan | None) -> sympy.Rational | 
         contains = start <= span.value_start and span.value_end <= end
         if not overlaps or not (contains or inner == match.group(0).strip()):
             continue
-        whole, num, den = int(match["whole"]), int(match["num"]), int(match["den"])
-        if not 0 < num < den:
-            return None
-        value = sympy.Rational(whole * den + num, den)
-        return -value if match["sign"] else value
+        return _mixed_value(match)
     return None
+
+
+def mixed_number_value(text: str) -> sympy.Rational | None:
+    """The value of ``text`` when all of it is one mixed number (``3 3/4``: 15/4, ``-2 1/2``: -5/2), else None.
+
+    The mixed numbers :func:`mixed_number_answer` reads in answers: a whole number, a space and a proper fraction of
+    integers (``3 5/4`` is not one). The grader reads a plain-text gold this way
+    (:func:`trl_explore.rewards.answers.read_gold`).
+    """
+    match = _MIXED.fullmatch(text.strip())
+    return None if match is None else _mixed_value(match)
+
+
+def _mixed_value(match: re.Match) -> sympy.Rational | None:
+    """The value of a match of ``_MIXED``; None when its fraction is not proper (``0 < numerator < denominator``)."""
+    whole, num, den = int(match["whole"]), int(match["num"]), int(match["den"])
+    if not 0 < num < den:
+        return None
+    value = sympy.Rational(whole * den + num, den)
+    return -value if match["sign"] else value
 
 
 # --------------------------------------------------------------------------------------------------

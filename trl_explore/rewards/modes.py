@@ -26,11 +26,12 @@ GUARDS = (
 """Guard-rail classes: each only removes false positives (hedge to mixed_number: :mod:`trl_explore.rewards.guards`;
 operator_fragment: :func:`trl_explore.rewards.answers.operator_expression`; equation_variable:
 :mod:`trl_explore.rewards.comparison`)."""
-GRADER_VERSION = "4"
+GRADER_VERSION = "5"
 """Version of the grader's verdicts: bump it with every change that may change a verdict (cached teacher verdicts
 are keyed by it and by a hash of the grader's code). 2: the guard-rails of :mod:`trl_explore.rewards.guards`;
 3: ``operator_fragment``; 4: ``equation_variable``, a retraction by a restated other value, prose cut off
-mid-sentence, ``a % b`` read as an operation (issue 45)."""
+mid-sentence, ``a % b`` read as an operation (issue 45); 5: a mixed-number gold read as its value (``3 3/4``: 15/4),
+marks for a missing answer (``n/a``) refused as golds."""
 
 
 def check_grader_mode(mode: str, option: str = "grader_mode") -> str:
