@@ -1,5 +1,6 @@
 """Embedded defaults: SmolLM2 GGUF -> HF conversion, MiniLM folder, CHAMP access, path resolution."""
 
+import copy
 import importlib.util
 import json
 import pathlib
@@ -138,6 +139,19 @@ def test_converted_tokenizer_has_chat_template_and_pad(converted):
         add_generation_prompt=True,
     )
     assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_gguf_files_special_tokens_are_the_tokenizers(converted):
+    # transformers 5.17's GGUF reader gave SmolLM2 eos_token "<|im_start|>" (id 1) and no pad token; the file says
+    # eos 2 and pad 2 ("<|im_end|>"), and the conversion keeps the file's ids whatever the reader made
+    _, tokenizer, _ = converted
+    assert defaults.gguf_special_token_ids(defaults.smollm2_gguf_path()) == {"bos": 1, "eos": 2, "pad": 2}
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.eos_token = "<|im_start|>"
+    assert defaults.align_special_tokens(tokenizer, {"bos": 1, "eos": 2, "pad": 2}) == ["eos"]
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>",
+                                                                               "<|im_end|>")
+    assert defaults.align_special_tokens(tokenizer, {"eos": 2}) == []
 
 
 def test_default_policy_path_is_cached_and_reused(converted):

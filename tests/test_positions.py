@@ -140,3 +140,18 @@ def test_absolute_positions_without_position_ids_are_refused_naming_the_model_ty
     model.transformer = _NoPositionIds(model.transformer)
     with pytest.raises(ValueError, match="model type 'gpt2' has absolute position embeddings .* no position_ids"):
         _trainer(tmp_path, smollm2_tokenizer, model)
+
+
+def test_block_readouts_save_nothing_for_backward_under_gradient_checkpointing():
+    # a readout taken on the graph was saved for backward; the checkpointed block's recomputation runs after the
+    # context removed the hook, and torch refused the different count of saved tensors (seen with transformers 5.17)
+    torch.manual_seed(0)
+    block = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 5, 4, requires_grad=True)
+    input_ids, mask = torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)
+    with BlockReadouts(block, input_ids, mask, logits_to_keep=2, fraction=1.0, hidden_size=4) as readouts:
+        y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+    y.sum().backward()  # recomputes the block without the hook
+    assert torch.equal(readouts.readouts(), block(x)[:, 4].detach())  # prompt 3 + the last of 2 completion tokens
+    assert not readouts.readouts().requires_grad
+    assert torch.allclose(x.grad, block.weight.sum(0).expand(2, 5, 4))

@@ -5,6 +5,8 @@ import logging
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 from transformers import GPT2Config, GPT2LMHeadModel
 from trl.trainer.utils import add_fused_lm_head
 
@@ -19,6 +21,11 @@ from trl_explore.prefix_forward import (
 from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
 
 PROMPT, COMPLETION = 5, 4
+CACHE_ARGUMENT = Version(transformers.__version__) >= Version("5.20")
+"""The shared prompt forward needs the backbone's ``cache`` argument (transformers 5.20 on); with an older version
+(the vLLM environment's, or what ``pip install ".[vllm]"`` resolves) it is refused and TRL's forward runs."""
+needs_cache_argument = pytest.mark.skipif(not CACHE_ARGUMENT, reason="transformers < 5.20: the shared prompt forward "
+                                          "is refused there (test_older_transformers_fall_back_to_trls_forward)")
 
 
 def _batch(prompts, lengths, seed=0):
@@ -84,6 +91,16 @@ def test_equals_trls_forward_in_values_and_gradients(smollm2_tokenizer, arch, te
         torch.testing.assert_close(p.grad, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_older_transformers_fall_back_to_trls_forward(smollm2_tokenizer):
+    model = make_tiny_causal_lm(smollm2_tokenizer)
+    if CACHE_ARGUMENT:
+        assert share_prompt_blocker(model, 1) is None
+    else:
+        assert share_prompt_blocker(model, 1) == ("LlamaForCausalLM has no backbone taking a key/value cache (PEFT, "
+                                                  "or transformers < 5.20)")
+
+
+@needs_cache_argument
 def test_applies_only_where_the_forward_is_the_same(smollm2_tokenizer):
     model = make_tiny_causal_lm(smollm2_tokenizer)
     assert can_share_prompt(model, num_processes=1) and share_prompt_blocker(model, 1) is None
@@ -113,6 +130,7 @@ def test_a_run_that_cannot_share_says_why_once(tmp_path, smollm2_tokenizer, capl
                     "the key/value cache off)"]
 
 
+@needs_cache_argument
 def test_oger_training_is_the_same_with_the_shared_forward(tmp_path, smollm2_tokenizer, monkeypatch):
     """Two OGER steps (groups of 4 with a teacher row each), TRL's forward against the shared one: the logged loss,
     entropy and rewards agree to float rounding, and so do the trained weights."""

