@@ -148,6 +148,19 @@ def test_a_wrong_teacher_solution_is_named_at_load_and_an_empty_list_is_named(tm
     assert dataset["problem_id"] == ["p00", "p01", "p02"]
 
 
+def test_losing_most_rows_to_the_teacher_filter_is_said_in_words(tmp_path, caplog):
+    from trl_explore.data.training_data import DataArguments, load_training_data
+
+    rows = _rows(5, offline_completions=[], offline_teachers=[])
+    rows[0]["offline_completions"], rows[0]["offline_teachers"] = ["\\boxed{2}"], ["good"]
+    with caplog.at_level(logging.WARNING, logger="trl_explore.data.training_data"):
+        dataset = load_training_data(DataArguments(dataset_name=_file(tmp_path, rows), min_offline_completions=1), 64)
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert dropped[0].startswith("4 of 5 rows (80%) have no teacher solution and are left out of training; dropped "
+                                 "rows 1 (id 'p01')")
+    assert len(dataset) == 1
+
+
 # ---------------------------------------------------------------- 4. where the evaluation of your data comes from
 def test_own_data_without_an_evaluation_split_says_where_its_evaluation_comes_from():
     from trl_explore.cli import eval_source_note
@@ -351,3 +364,16 @@ def test_the_builder_names_each_dropped_solution_and_each_problem_left_without_o
     assert "- problem 'row-0', teacher 'long': longer than max_length=63 tokens (" in text
     assert "- problem 'row-1', teacher 'terse': graded wrong against the gold" in text
     assert "Problems left without a teacher solution (1; kept with an empty list" in text and "'row-1'" in text
+
+
+def test_a_misspelt_column_is_named_in_the_rename_hint(tmp_path):
+    # found by a newcomer: 'anwser' got the generic "rename_columns({'<your column>': 'answer'})"
+    from trl_explore.data.training_data import DataArguments, load_training_data
+    from trl_explore.rewards.checks import rename_example
+
+    assert rename_example(["problem_id", "prompt", "anwser"], "answer") == "'anwser'"
+    assert rename_example(["promt", "answer"], "prompt") == "'promt'"
+    assert rename_example(["question_text", "value"], "answer") == "'<your column>'"  # nothing close: no guess
+    path = _file(tmp_path, [{"prompt": "What is 1 + 1?", "anwser": "2"}])
+    with pytest.raises(ValueError, match=re.escape(".rename_columns({'anwser': 'answer'})")):
+        load_training_data(DataArguments(dataset_name=path), 64, offline=False)

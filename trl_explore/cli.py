@@ -172,6 +172,8 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
         negated = [o for o in action.option_strings if o == f"--no_{action.dest}"]
         if negated:
             action.help = f"same as --{action.dest} false%(default).0s"  # %(default).0s: no "(default: ...)" added
+        elif action.help and "(default: " in action.help:  # a help that says what an unset value means: one default
+            action.help = action.help.replace("(default: ", "(if unset: ").replace("(default ", "(if unset: ")
     parser._optionals.title = "TRL GRPOConfig, Transformers TrainingArguments and other options"
     rest = [g for g in parser._action_groups if g not in groups]
     parser._action_groups[:] = rest[:1] + groups + rest[1:]  # positionals, the methods' options, then the others
@@ -242,6 +244,9 @@ def help_text(parser: ScriptParser, argv: Sequence[str], recipe, full: bool = Fa
         action.option_strings = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
         if action.help and action.help is not argparse.SUPPRESS:  # the whole text: --help_all
             action.help = first_sentence(action.help)
+    for action in parser._actions:  # "(if unset: ...)" already says what None means: no "(default: None)" after it
+        if action.help and "(if unset: " in action.help and action.default is None:
+            action.help += "%(default).0s"
     listed = [a for a in trl_group._group_actions if a.dest != "help"]  # one compact paragraph: name and value
     trl_group.description = " ".join(f"{a.option_strings[0]}={a.default}" for a in listed
                                      if a.option_strings and not a.option_strings[0].startswith("--no_"))

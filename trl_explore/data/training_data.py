@@ -23,8 +23,8 @@ class DataArguments(PassRateFilterArguments):
         default="ladder",
         metadata={"help": "'ladder' (the generated arithmetic ladder with four teacher styles; splits train, "
                   "validation, test), 'champ' (the embedded CHAMP multi-teacher set, built and cached on first use), "
-                  "a folder saved with save_to_disk, or a Hub dataset id (prompt and answer columns; OGER also needs "
-                  "offline_completions: see docs/own-data.md)."},
+                  "a .jsonl/.json/.parquet/.csv file, a folder saved with save_to_disk, or a Hub dataset id (prompt "
+                  "and answer columns; OGER also needs offline_completions: see docs/own-data.md)."},
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     ladder_levels: list[str] | None = field(
@@ -296,9 +296,13 @@ def load_training_data(data_args: DataArguments, max_completion_length: int, off
     if offline and data_args.min_offline_completions > 0:
         few = [i for i, c in enumerate(dataset[offline_column]) if len(c) < data_args.min_offline_completions]
         if few:
-            logger.warning("dropped %s: fewer than min_offline_completions=%d teacher solutions (an empty list is "
+            share = ""
+            if 2 * len(few) > len(dataset):  # most of the data gone: say so in words (a newcomer lost 35 of 40 rows)
+                share = (f"{len(few)} of {len(dataset)} rows ({len(few) / len(dataset):.0%}) have no teacher solution "
+                         "and are left out of training; ")
+            logger.warning("%sdropped %s: fewer than min_offline_completions=%d teacher solutions (an empty list is "
                            "no teacher; --min_offline_completions 0 keeps such rows, trained on online answers only)",
-                           _row_names(dataset, few), data_args.min_offline_completions)
+                           share, _row_names(dataset, few), data_args.min_offline_completions)
         dataset = dataset.filter(lambda row: len(row[offline_column]) >= data_args.min_offline_completions)
     if not offline:
         dataset = dataset.select_columns(["prompt", "answer", "problem_id"])  # the offline trajectories are not used

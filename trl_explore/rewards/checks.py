@@ -102,10 +102,14 @@ PROMPT_COLUMN_GUESSES = ("question", "problem", "query", "input", "instruction",
 
 def rename_example(columns, wanted: str) -> str:
     """``"'solution'"``: the column of ``columns`` a message suggests renaming to ``wanted`` (the first there of
-    :data:`PROMPT_COLUMN_GUESSES` for ``"prompt"``, else of :data:`GOLD_COLUMN_GUESSES`), else
-    ``"'<your column>'"``."""
+    :data:`PROMPT_COLUMN_GUESSES` for ``"prompt"``, else of :data:`GOLD_COLUMN_GUESSES`; else the column whose name
+    is closest to ``wanted``, e.g. ``'anwser'``), else ``"'<your column>'"``."""
+    import difflib
+
     guesses = PROMPT_COLUMN_GUESSES if wanted == "prompt" else GOLD_COLUMN_GUESSES
     found = [c for c in guesses if c in set(columns) and c != wanted]
+    if not found:  # a misspelling of the wanted name ('anwser', 'promt')
+        found = difflib.get_close_matches(wanted, [c for c in columns if c != wanted], n=1, cutoff=0.75)
     return repr(found[0]) if found else "'<your column>'"
 
 
