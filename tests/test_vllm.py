@@ -233,6 +233,35 @@ def test_evaluation_seeds_each_prompt_so_duplicates_differ(tiny_path):
     gc.collect()
 
 
+def test_chat_template_kwargs_reach_vllms_rendering(tmp_path, tiny_path, smollm2_tokenizer):
+    """Issue 45 item 3: vLLM renders the prompt as training does, chat_template_kwargs included (a template that
+    closes an empty think block when enable_thinking is false, as Qwen3's does)."""
+    import shutil
+
+    from trl_explore.sampling import SamplingPlan, VLLMGenerator
+    from trl_explore.sampling.render import render_prompt
+
+    path = tmp_path / "thinking"
+    shutil.copytree(tiny_path, path)
+    template = smollm2_tokenizer.chat_template.replace(
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}",
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+        "{% if enable_thinking is defined and not enable_thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}")
+    assert template != smollm2_tokenizer.chat_template
+    (path / "chat_template.jinja").write_text(template)
+    tokenizer = type(smollm2_tokenizer).from_pretrained(str(path))
+    prompt = [{"role": "user", "content": "What is 1 + 1?"}]
+    kwargs = {"enable_thinking": False}
+    expected = render_prompt(tokenizer, prompt, chat_template_kwargs=kwargs)
+    assert len(expected) > len(render_prompt(tokenizer, prompt))  # the kwarg changes the prompt
+    generator = VLLMGenerator(str(path), chat_template_kwargs=kwargs, max_model_len=256, enforce_eager=True,
+                              max_num_batched_tokens=4096, distributed_executor_backend="external_launcher")
+    out = generator.generate([prompt], SamplingPlan(num_samples=1, temperature=1.0, max_new_tokens=2), seed=0)
+    assert out.prompt_ids == [expected]
+    del generator
+    gc.collect()
+
+
 # ---------------------------------------------------------------- trainers, colocate mode
 def _math_dataset(n=2, offline=False):
     rows = []

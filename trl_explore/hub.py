@@ -124,7 +124,8 @@ def embedded_policy_version(name_or_path: object) -> str | None:
     The embedded policy is an alias (``"embedded"``, ``"smollm2"``) or a folder written by
     :func:`trl_explore.defaults.convert_gguf_to_hf` from ``SmolLM2-135M-Instruct.Q4_1.gguf`` (its
     ``conversion_info.json`` names the source file). The version is read from the folder name
-    (``...-hf-<version>``), else from the installed package, else ``"unknown"``.
+    (``...-hf-<version>`` or ``...-hf-<version>-c<conversion version>``), else from the installed package, else
+    ``"unknown"``.
     """
     from trl_explore.defaults import POLICY_ALIASES, SMOLLM2_GGUF_FILE
 
@@ -139,7 +140,7 @@ def embedded_policy_version(name_or_path: object) -> str | None:
             return None
         if not str(source).endswith(SMOLLM2_GGUF_FILE):
             return None
-        match = re.search(r"-hf-(.+)$", pathlib.Path(text).name)
+        match = re.search(r"-hf-(.+?)(?:-c\d+)?$", pathlib.Path(text).name)  # -c<n>: the conversion's recipe
         if match:
             return match.group(1)
     try:

@@ -89,7 +89,7 @@ class Generations:
     Attributes:
         texts: decoded completions (special tokens removed).
         token_ids: completion token ids (up to and including EOS when generation stopped on it).
-        prompt_ids: the prompt token ids of each prompt (transformers backend; ``[]`` for vLLM).
+        prompt_ids: the prompt token ids of each prompt, as the backend rendered it.
         truncated: ``True`` when the completion hit ``max_new_tokens`` without EOS.
         routes: steering route of each sample (0: clean).
         seconds: wall time of the generation.

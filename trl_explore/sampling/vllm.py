@@ -39,8 +39,8 @@ class VLLMGenerator:
 
     def generate(self, prompts: Sequence[Sequence[dict]], plan: SamplingPlan, *, steering: Steering | None = None,
                  seed: int = 0, seeding: str = "per_batch", desc: str = "generate") -> Generations:
-        """Same contract as :meth:`~trl_explore.sampling.hf.TransformersGenerator.generate` (``prompt_ids`` left
-        empty), except ``seed``: with ``seeding="per_batch"`` prompt ``p``'s request is seeded with
+        """Same contract as :meth:`~trl_explore.sampling.hf.TransformersGenerator.generate` (``prompt_ids`` as vLLM
+        rendered each prompt), except ``seed``: with ``seeding="per_batch"`` prompt ``p``'s request is seeded with
         ``seed + p * num_samples`` (:func:`~trl_explore.sampling.seeds.request_seeds`); with ``"once"`` every request
         gets ``seed`` (copies of one prompt then get the same samples). ``desc`` is unused (vLLM shows its own bar).
 
@@ -64,8 +64,9 @@ class VLLMGenerator:
             params = [SamplingParams(**common, seed=s) for s in request_seeds(seed, len(prompts), plan.num_samples)]
         extra = {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs else {}
         outputs = self.llm.chat([list(p) for p in prompts], params, use_tqdm=True, **extra)
+        prompt_ids = [list(out.prompt_token_ids or []) for out in outputs]  # as vLLM rendered them
         texts = [[o.text for o in out.outputs] for out in outputs]
         token_ids = [[list(o.token_ids) for o in out.outputs] for out in outputs]
         truncated = [[o.finish_reason == "length" for o in out.outputs] for out in outputs]
         routes = [[0] * plan.num_samples for _ in outputs]
-        return Generations(texts, token_ids, [[] for _ in outputs], truncated, routes, time.perf_counter() - start)
+        return Generations(texts, token_ids, prompt_ids, truncated, routes, time.perf_counter() - start)
