@@ -280,22 +280,19 @@ def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
 
 
 def build_sft(common: dict, overrides: dict, train):
-    """The SFT baseline's trainer: TRL's ``SFTTrainer`` on the teacher solutions of the RL runs' training prompts
-    (:func:`trl_explore.sft.teacher_sft_dataset`), with the RL runs' steps, learning rate, seed and sequences a step;
-    the loss covers the solution tokens only."""
-    from transformers import AutoTokenizer
-    from trl import SFTTrainer
+    """The SFT baseline's trainer (:func:`trl_explore.sft.build_sft_trainer`, as ``examples/train_sft.py`` builds it):
+    TRL's ``SFTTrainer`` on the teacher solutions of the RL runs' training prompts, with the RL runs' steps, learning
+    rate, seed and sequences a step; the loss covers the solution tokens only."""
+    from trl import ModelConfig
 
-    from trl_explore.defaults import resolve_model_path
-    from trl_explore.sft import SFTBaselineConfig, teacher_sft_dataset
+    from trl_explore.sft import SFTBaselineConfig, build_sft_trainer
 
     rl_only = ("num_generations", "entropy_coef", "beta", "temperature", "log_completions",
                "share_prompt_forward")
     sft = {k: v for k, v in common.items() if k not in rl_only}
     args = SFTBaselineConfig(**sft, max_length=512, **overrides)
-    path = resolve_model_path("embedded")
-    return SFTTrainer(path, args=args, train_dataset=teacher_sft_dataset(train),
-                      processing_class=AutoTokenizer.from_pretrained(path))
+    trainer, _ = build_sft_trainer("embedded", args, ModelConfig(), train, None)
+    return trainer
 
 
 def code_version() -> str | None:

@@ -173,7 +173,7 @@ def make_parser(dataclass_types: Sequence[type], sections: Sequence[type] = ()) 
         if negated:
             action.help = f"same as --{action.dest} false%(default).0s"  # %(default).0s: no "(default: ...)" added
         elif action.help and "(default: " in action.help:  # a help that says what an unset value means: one default
-            action.help = action.help.replace("(default: ", "(if unset: ").replace("(default ", "(if unset: ")
+            action.help = action.help.replace("(default: ", "(if unset: ")
     parser._optionals.title = "TRL GRPOConfig, Transformers TrainingArguments and other options"
     rest = [g for g in parser._action_groups if g not in groups]
     parser._action_groups[:] = rest[:1] + groups + rest[1:]  # positionals, the methods' options, then the others

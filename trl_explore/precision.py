@@ -200,8 +200,8 @@ def probe_precision(cache: bool = True) -> PrecisionProbe:
     The cache is ``<trl_explore cache>/cpu_precision.json`` (``$TRL_EXPLORE_CACHE`` or ``~/.cache/trl_explore``), one
     entry per CPU model, bfloat16 flags, torch version and thread count; delete it to measure again. The flags are in
     the key because a virtual machine may show one model name for CPUs that differ: two "AMD EPYC" machines of this
-    project measured bfloat16 2.6x faster (Zen 4, ``avx512_bf16``) and 70x slower (Zen 3, no such flag), and a cache
-    in a home folder shared by both must not carry one's reading to the other.
+    project measured bfloat16 2.6x faster (Zen 4, ``avx512_bf16``) and 45x slower (Zen 3, no such flag; 2 threads),
+    and a cache in a home folder shared by both must not carry one's reading to the other.
 
     Args:
         cache: read and write the cache file (False: measure every call).

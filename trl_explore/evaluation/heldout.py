@@ -81,7 +81,7 @@ class HeldoutEvalArguments:
     eval_problems: int = field(default=64, metadata={"help": "Number of problems (the split's first N; >= 1)."})
     eval_samples: int = field(default=4, metadata={"help": "Sampled completions per problem, k (>= 1)."})
     eval_temperature: float = field(
-        default=1.0, metadata={"help": "Sampling temperature of the k samples (default 1.0: the training one)."}
+        default=1.0, metadata={"help": "Sampling temperature of the k samples (1.0: the training one)."}
     )
     eval_greedy: bool = field(default=True, metadata={"help": "Also one greedy completion per problem."})
     eval_neutral_format: bool = field(
