@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from trl_explore.checkpoints import digest_files, file_digest, first_nonfinite
+from trl_explore.checkpoints.records import digest_files, file_digest, first_nonfinite
 
 STATES = {"main job, SmolLM2-135M (134.5M parameters)": 134.5e6, "a 1.5B-parameter state": 1.5e9}
 BYTES_PER_PARAMETER = 12  # float32 weights + AdamW's exp_avg and exp_avg_sq

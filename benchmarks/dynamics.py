@@ -218,9 +218,9 @@ def start_eval(out: pathlib.Path, settings: dict) -> dict:
 
 def build_trainer(method: str, seed: int, settings: dict, folder: pathlib.Path):
     """The trainer of one run: the method's components and the probe, on the ladder's training split."""
-    from trl_explore.config import ExplorationConfig
     from trl_explore.data.ladder import ladder_dataset
     from trl_explore.driver import ExplorationTrainer
+    from trl_explore.driver.config import ExplorationConfig
     from trl_explore.evaluation.probes import DynamicsProbe
 
     _, kind, overrides = METHODS[method]

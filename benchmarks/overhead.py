@@ -36,8 +36,8 @@ Generation is forced to full length so that every variant does the same amount o
 :func:`force_completion_length` sets ``min_new_tokens = max_completion_length`` on each trainer's sampler after it was
 built. It is not passed as ``generation_kwargs``: a forced length bans the end-of-sequence token, a distribution OGER's
 ``H_last`` and ASE-GRPO's behaviour log-probs cannot reproduce, so the trainers' sampler guard
-(``trl_explore.sampler_settings.check_reproducible``) refuses it in training. A benchmark measures time, not those
-values, and sets it here, past the guard, for every variant alike (plain GRPO included).
+(``trl_explore.trl_guards.sampler_settings.check_reproducible``) refuses it in training. A benchmark measures time,
+not those values, and sets it here, past the guard, for every variant alike (plain GRPO included).
 
 Ratios: median step time of a variant over the median of its baseline, plus min-max of the per-repeat ratios
 (ratio of the per-repeat means), which shows how much of a difference is noise on a shared host. Whole-step ratios

@@ -84,8 +84,8 @@ def build_trainer(kind: str, precision: str, steps: int, output_dir: str, shared
             "report_to", "log_completions")}
         args = GRPOConfig(output_dir=output_dir, use_cpu=True, bf16=precision == "bfloat16", **fields)
         dataset = load_training_data(data, args.max_completion_length, offline=False)
-        from trl_explore.config import default_verifier
         from trl_explore.defaults import resolve_model_path
+        from trl_explore.driver.config import default_verifier
 
         return GRPOTrainer(resolve_model_path("embedded"), reward_funcs=[default_verifier(args)], args=args,
                            train_dataset=dataset)

@@ -45,7 +45,7 @@ from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder
 from trl_explore.oger.exploration import divergence
 from trl_explore.precision import cpu_flags, native_bf16_flags
-from trl_explore.sampler_settings import entropy_from_logits
+from trl_explore.trl_guards.sampler_settings import entropy_from_logits
 
 VARIANTS = ("float32", "bfloat16", "bfloat16, fp32 LM head")
 

@@ -2,9 +2,10 @@
 
 One loss forward and backward of a GRPO batch: 4 one-digit ladder prompts (SmolLM2's chat template, as the study
 samples them) x 4 completions of 15-64 random tokens, float32, one thread. TRL's fused forward
-(``GRPOTrainer._get_per_token_logps_and_entropies``' call) and :func:`trl_explore.prefix_forward.shared_prompt_forward`
-alternate ``--repeats`` times in one process, so both see the same host load; wall and CPU seconds per call, their
-medians and ratio, and the largest log-prob difference on the completion tokens.
+(``GRPOTrainer._get_per_token_logps_and_entropies``' call) and
+:func:`trl_explore.trl_guards.prefix_forward.shared_prompt_forward` alternate ``--repeats`` times in one process, so
+both see the same host load; wall and CPU seconds per call, their medians and ratio, and the largest log-prob
+difference on the completion tokens.
 
     python benchmarks/prefix_forward.py          # writes benchmarks/results/prefix_forward_cpu.{json,md}
 """
@@ -58,7 +59,7 @@ def main() -> None:
     from trl.trainer.utils import add_fused_lm_head
 
     from trl_explore.defaults import resolve_model_path
-    from trl_explore.prefix_forward import shared_prompt_forward, shared_prompt_groups
+    from trl_explore.trl_guards.prefix_forward import shared_prompt_forward, shared_prompt_groups
 
     path = resolve_model_path("embedded")
     tokenizer = AutoTokenizer.from_pretrained(path)

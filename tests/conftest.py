@@ -16,12 +16,10 @@ from trl_explore.testing import make_tiny_causal_lm, run_two_cpu_processes  # no
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
-    """The embedded SmolLM2-135M-Instruct tokenizer (ChatML template, pad = eos = <|im_end|>)."""
-    from transformers import AutoTokenizer
+    """The embedded SmolLM2-135M-Instruct tokenizer (:func:`trl_explore.testing.smollm2_tokenizer`)."""
+    from trl_explore import testing
 
-    from trl_explore.defaults import default_policy_path
-
-    return AutoTokenizer.from_pretrained(default_policy_path())
+    return testing.smollm2_tokenizer()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The trainers' recorders and behaviour forward use the sampler's effective settings (trl_explore.sampler_settings):
+"""The trainers' recorders and behaviour forward use the sampler's effective settings
+(trl_explore.trl_guards.sampler_settings):
 real training steps with the temperature given through `generation_kwargs` and top-k / top-p, checked against a
 teacher-forced forward processed by transformers' own logits-processor pipeline for the trainer's GenerationConfig
 (`_get_logits_processor`, what `generate` builds), independent of the package's code."""
@@ -10,8 +11,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer
-from trl_explore.components import Rollout
-from trl_explore.sampler_settings import SamplerSettings, entropy_from_logits
+from trl_explore.driver.components import Rollout
 from trl_explore.testing import (
     doubling_dataset,
     make_tiny_causal_lm,
@@ -19,6 +19,7 @@ from trl_explore.testing import (
     teacher_math_dataset,
     tiny_training_args,
 )
+from trl_explore.trl_guards.sampler_settings import SamplerSettings, entropy_from_logits
 
 SAMPLER = {"temperature": 0.7, "top_k": 30, "top_p": 0.95}  # GRPOConfig.temperature stays 1.0
 

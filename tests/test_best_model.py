@@ -72,8 +72,8 @@ def test_load_best_model_at_end_restores_the_bank_with_the_weights(kind, tmp_pat
 def test_the_best_model_reload_resyncs_vllm_and_loads_every_component(monkeypatch):
     """The override without a training run: every component loads from the best checkpoint, and vLLM (whose weights
     TRL syncs only when the step changed) is told to take the reloaded weights at its next generation."""
-    from trl_explore.components import Component as ComponentBase
-    from trl_explore.resume import ResumableTrainerMixin
+    from trl_explore.driver.components import Component as ComponentBase
+    from trl_explore.driver.resume import ResumableTrainerMixin
 
     class Base:
         def _load_best_model(self):

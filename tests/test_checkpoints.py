@@ -25,7 +25,7 @@ from datasets import Dataset
 from safetensors.torch import save_file
 from trl import GRPOConfig
 
-from trl_explore.checkpoints import (
+from trl_explore.checkpoints.records import (
     LOCK_NAME,
     RECORD_NAME,
     CheckpointWriteError,
@@ -159,12 +159,15 @@ def test_compare_run_records_refuses_inside_a_generation_and_warns_at_a_boundary
         ["trainer t.OGERTrainer wrote the checkpoint, this one is t.ASEGRPOTrainer"])
     assert compare_run_records(_record(True, alpha=0.5), now) == (
         [], ["ase.steering_alpha: 0.5 in the checkpoint, 4.0 now"])
+    # the trainer's class path before the driver became a package is the same trainer
+    new = _record(False, trainer="trl_explore.driver.trainer.ExplorationTrainer")
+    assert compare_run_records(_record(True, trainer="trl_explore.driver.ExplorationTrainer"), new) == ([], [])
 
 
 
 def test_a_full_disk_while_the_completion_record_is_written_reads_as_one_line(tmp_path, smollm2_tokenizer,
                                                                                monkeypatch):
-    import trl_explore.resume as resume
+    import trl_explore.driver.resume as resume
 
     trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
     real = resume.write_record
@@ -205,7 +208,7 @@ def test_a_checkpoint_copied_in_from_another_run_is_named_on_resume(tmp_path, sm
     assert read_record(str(first))["run_id"] != read_record(str(target))["run_id"]
     assert read_record(str(first))["identity"] == {"seed": 0, "data_seed": None}
     resumed = _saving_trainer(tmp_path / "a", smollm2_tokenizer, seed=0)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         resumed._check_run_record(inspect_checkpoint(str(target)))
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "seed=1 in the checkpoint, 0 now" in text
@@ -213,7 +216,7 @@ def test_a_checkpoint_copied_in_from_another_run_is_named_on_resume(tmp_path, sm
            f"(checkpoint-1) by run {read_record(str(first))['run_id']}: it comes from another run" in text
     caplog.clear()
     again = _saving_trainer(tmp_path / "a", smollm2_tokenizer, seed=0)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         again._check_run_record(inspect_checkpoint(str(first)))  # its own checkpoint: not a word
     assert not caplog.records
     assert again._run_id == read_record(str(first))["run_id"]  # the resumed run keeps the checkpoint's run id
@@ -234,7 +237,7 @@ def test_resume_true_takes_the_newest_complete_checkpoint_and_says_which_it_skip
     _checkpoint(run / "checkpoint-1", 1)
     torn = _checkpoint(run / "checkpoint-2", 2, status="writing")
     (torn / "trainer_state.json").unlink()
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         assert trainer._resumable_checkpoint(True) == str(run / "checkpoint-1")
     lines = [r.getMessage() for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
     assert lines == [f"resume_from_checkpoint=True: resuming from {run / 'checkpoint-1'}, the newest complete "
@@ -251,10 +254,10 @@ def test_resume_true_takes_the_newest_complete_checkpoint_and_says_which_it_skip
 
 @pytest.mark.slow
 def test_a_resume_inside_a_generation_with_another_geometry_or_method_is_refused(trainer, tmp_path, caplog):
-    from trl_explore.checkpoints import run_record
+    from trl_explore.checkpoints.records import run_record
 
     mine = run_record(trainer)
-    assert mine["trainer"] == "trl_explore.driver.ExplorationTrainer" and mine["components"] == []
+    assert mine["trainer"] == "trl_explore.driver.trainer.ExplorationTrainer" and mine["components"] == []
     assert mine["geometry"] == {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
                                 "steps_per_generation": 2, "num_generations": 2, "num_iterations": 1, "world_size": 1}
     other = {**mine, "geometry": {**mine["geometry"], "per_device_train_batch_size": 4}}
@@ -268,7 +271,7 @@ def test_a_resume_inside_a_generation_with_another_geometry_or_method_is_refused
     with pytest.raises(ValueError, match=r"components \['oger'\] wrote the checkpoint, this trainer has \[\]"):
         trainer.train(resume_from_checkpoint=str(by_oger))
     boundary = _checkpoint(tmp_path / "run" / "checkpoint-3", 3, inside=False, **oger)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         trainer._resumable_checkpoint(str(boundary))
     assert "with other settings than it was written with" in caplog.text
     assert "['oger'] wrote the checkpoint" in caplog.text
@@ -414,7 +417,7 @@ def test_a_full_disk_reads_as_one_line_whatever_the_writers_wording(tmp_path, er
 
 _HOLD = textwrap.dedent("""
     import sys, time
-    from trl_explore.checkpoints import OutputDirLock
+    from trl_explore.checkpoints.records import OutputDirLock
     OutputDirLock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(600)
@@ -478,7 +481,7 @@ def test_a_flipped_byte_in_a_complete_checkpoint_falls_back_to_the_previous_one(
     first, second = _save(trainer, 1), _save(trainer, 2)
     assert inspect_checkpoint(str(second), verify_contents=True).complete
     _flip(second / name, offset)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         assert trainer._resumable_checkpoint(True) == str(first)
     lines = [r.getMessage() for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
     assert len(lines) == 1 and f"skipped the torn {second} (" in lines[0], lines
@@ -502,7 +505,7 @@ def test_a_save_of_nonfinite_weights_stops_before_the_checkpoint_is_written(tmp_
 
 @pytest.mark.parametrize("where", ["weights", "optimizer"])
 def test_a_checkpoint_holding_nonfinite_values_stops_the_resume(tmp_path, smollm2_tokenizer, monkeypatch, where):
-    import trl_explore.resume
+    import trl_explore.driver.resume
 
     trainer = _saving_trainer(tmp_path, smollm2_tokenizer)
     if where == "weights":
@@ -512,7 +515,8 @@ def test_a_checkpoint_holding_nonfinite_values_stops_the_resume(tmp_path, smollm
         param = trainer.model.model.norm.weight
         trainer.optimizer.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.full_like(param, float("nan")),
                                           "exp_avg_sq": torch.zeros_like(param)}
-    monkeypatch.setattr(trl_explore.resume, "nonfinite_state", lambda *a: None)  # written as an older version would
+    # written as an older version would
+    monkeypatch.setattr(trl_explore.driver.resume, "nonfinite_state", lambda *a: None)
     folder = _save(trainer, 1)
     monkeypatch.undo()
     fresh = _saving_trainer(tmp_path, smollm2_tokenizer)
@@ -593,7 +597,7 @@ def test_a_changed_learning_rate_on_resume_is_named_with_the_value_kept(tmp_path
     first = _saving_trainer(tmp_path, smollm2_tokenizer, max_steps=1, lr_scheduler_type="constant")
     first.train()
     resumed = _saving_trainer(tmp_path, smollm2_tokenizer, learning_rate=1e-2, weight_decay=0.1)  # linear, 2 steps
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         resumed.train(resume_from_checkpoint=True)
     lines = [r.getMessage() for r in caplog.records if "optimizer or scheduler settings" in r.getMessage()]
     assert lines == [f"resuming from {tmp_path / 'run' / 'checkpoint-1'} with other optimizer or scheduler settings "
@@ -713,7 +717,7 @@ def test_a_run_killed_at_each_file_of_a_checkpoint_resumes_exactly(tmp_path_fact
         except ValueError as err:
             refused = str(err)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+        with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
             trainer = build_trainer(run, tokenizer=smollm2_tokenizer)
             trainer.train(resume_from_checkpoint=True)
         skipped = [r.getMessage() for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]

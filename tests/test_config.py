@@ -1,4 +1,4 @@
-"""Options per component (trl_explore/config.py): a method's options alone, as bases of a training config, and
+"""Options per component (trl_explore/driver/config.py): a method's options alone, as bases of a training config, and
 read back by its component; checks at construction naming the option."""
 
 import dataclasses
@@ -7,7 +7,7 @@ import pytest
 from trl import GRPOConfig
 
 from trl_explore import ASEConfig, ASEOptions, ExplorationConfig, OGERASEConfig, OGERConfig, OGEROptions
-from trl_explore.config import ComponentOptions, options_classes
+from trl_explore.driver.config import ComponentOptions, options_classes
 
 
 def _args(**overrides):

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from trl_explore.ase.steering import ActivationSteeringGenerator
-from trl_explore.sampler_settings import SamplerSettings, processed_logits
 from trl_explore.sampling import decode as decode_module
 from trl_explore.sampling.decode import (
     current_rows,
@@ -22,6 +21,7 @@ from trl_explore.sampling.decode import (
     row_keys,
     unsupported_reason,
 )
+from trl_explore.trl_guards.sampler_settings import SamplerSettings, processed_logits
 
 QUESTIONS = ["What is 2 + 2?", "What is 13 + 29?", "Name a prime.", "What is 2 + 2?", "Add 7 and 8, then halve it."]
 
@@ -259,7 +259,7 @@ def test_oger_h_last_follows_the_decoders_rows(eos_model, smollm2_tokenizer, sam
     teacher-forced, processed distribution at each row's last token, for rows that shared a prefill and were
     dropped."""
     from trl_explore.oger.entropy import LastTokenEntropyRecorder
-    from trl_explore.sampler_settings import entropy_from_logits
+    from trl_explore.trl_guards.sampler_settings import entropy_from_logits
 
     tok = smollm2_tokenizer
     prompts = _prompts(tok, QUESTIONS[:3], repeat=3)

@@ -1,4 +1,5 @@
-"""trl_explore.distributed: auxiliary models load whole under any engine; launch mistakes fail at construction.
+"""trl_explore.trl_guards.distributed: auxiliary models load whole under any engine; launch mistakes fail at
+construction.
 
 The engines themselves run in tests/test_distributed_engines.py (2 CPU processes each).
 """
@@ -14,7 +15,7 @@ from transformers.integrations.deepspeed import (
     unset_hf_deepspeed_config,
 )
 
-from trl_explore.distributed import check_launch, load_auxiliary_model
+from trl_explore.trl_guards.distributed import check_launch, load_auxiliary_model
 
 
 class _Zero3Config:

@@ -1,5 +1,5 @@
-"""ExplorationTrainer (trl_explore/driver.py): when each hook of trl_explore/components.py runs, what it receives, and
-what its result changes, on a tiny model with recording components."""
+"""ExplorationTrainer (trl_explore/driver/trainer.py): when each hook of trl_explore/driver/components.py runs, what
+it receives, and what its result changes, on a tiny model with recording components."""
 
 import dataclasses
 
@@ -8,7 +8,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import (
+from trl_explore.driver.components import (
     Component,
     ForwardCall,
     ForwardResult,

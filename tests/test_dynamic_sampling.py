@@ -17,8 +17,8 @@ from trl_explore import (
     OGERComponent,
     OGEROptions,
 )
+from trl_explore.driver.resampling import choose_groups, merge_rounds
 from trl_explore.dynamic_sampling.filtering import flat_groups
-from trl_explore.resampling import choose_groups, merge_rounds
 from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, tiny_training_args
 
 
@@ -87,7 +87,7 @@ def test_flat_groups_are_refilled_until_the_batch_is_informative(tmp_path, smoll
 def test_the_cap_is_logged_and_the_flat_groups_leave_the_objective(tmp_path, smollm2_tokenizer, make_tiny_lm, caplog):
     trainer = _ds_trainer(tmp_path, smollm2_tokenizer, make_tiny_lm(), reward=always_one, max_steps=1,
                           dynamic_sampling_max_gen_batches=2)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resampling"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resampling"):
         trainer.train()
     assert "cap of 2 generation rounds was reached" in caplog.text
     assert _history(trainer, "resample/generation_rounds") == [2.0]

@@ -1,6 +1,7 @@
-"""The row-editing surface of trl_explore/components.py and trl_explore/driver.py: ``Component.edit_scored`` (rows
-swapped after the rewards, re-scored and given TRL's advantages), ``Rollout.swap_rows`` / ``settle_rewrites`` (the
-fields of a replaced row), ``Needs.behaviour_logps``, row ownership, field-name collisions and random streams."""
+"""The row-editing surface of trl_explore/driver/components.py and trl_explore/driver/trainer.py:
+``Component.edit_scored`` (rows swapped after the rewards, re-scored and given TRL's advantages),
+``Rollout.swap_rows`` / ``settle_rewrites`` (the fields of a replaced row), ``Needs.behaviour_logps``, row ownership,
+field-name collisions and random streams."""
 
 import dataclasses
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component, Needs, Rollout
-from trl_explore.scoring import (
+from trl_explore.driver.components import Component, Needs, Rollout
+from trl_explore.driver.scoring import (
     _merge_rescored_logs,
     check_component_fields,
     check_row_owners,

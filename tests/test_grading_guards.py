@@ -222,7 +222,8 @@ class _Tokenizer:
 
 
 class _Trainer:
-    """The attributes of a GRPOTrainer the reward reads (trl_explore.trl_contract checks them in TRL's source)."""
+    """The attributes of a GRPOTrainer the reward reads (trl_explore.trl_guards.contract checks them in TRL's
+    source)."""
 
     eos_token_ids = [2]
     _tokenizer = _Tokenizer()

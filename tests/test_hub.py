@@ -234,7 +234,7 @@ def test_plain_driver_card_is_grpo_cited_as_grpo(tmp_path, smollm2_tokenizer):
 
 
 def test_a_component_without_a_card_is_named_in_the_card(tmp_path, smollm2_tokenizer):
-    from trl_explore.components import Component
+    from trl_explore.driver.components import Component
 
     class Unlisted(Component):
         name = "unlisted_method"

@@ -16,12 +16,12 @@ from trl_explore import ASEConfig, ASEGRPOTrainer, OGERConfig, OGERTrainer
 from trl_explore.ase.bank import SteeringVectorBank
 from trl_explore.ase.routing import prompt_key, shared_problem_id_warning
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.driver.resume import check_buffered_geometry
+from trl_explore.driver.rows import check_prompt_rows
 from trl_explore.oger.offline import offline_trajectories, teacher_completion
-from trl_explore.positions import context_length_problem
-from trl_explore.resume import check_buffered_geometry
 from trl_explore.rewards.checks import check_reward_values, unscored_correctness_warning
-from trl_explore.rows import check_prompt_rows
 from trl_explore.testing import make_tiny_causal_lm, parity_reward, teacher_math_dataset, tiny_training_args
+from trl_explore.trl_guards.positions import context_length_problem
 
 
 def _args(tmp_path, config=GRPOConfig, **overrides):

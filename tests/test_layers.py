@@ -1,29 +1,35 @@
-"""The package's layering rules, checked on its own imports (every ``import`` statement, module level and inside
-functions; ``if TYPE_CHECKING:`` blocks excepted).
+"""The package's layering rules, checked on its own imports (every ``import`` statement: module level, inside
+functions and under ``if TYPE_CHECKING:``, since a type hint ties two files as much as any import).
 
-Layers:
+Rooms: a top-level module, or a first-level subpackage with all its files (``trl_explore.driver``,
+``trl_explore.trl_guards``, ``trl_explore.checkpoints``, ``trl_explore.utils``, ``trl_explore.rewards``, ...).
 
-* shared code: everything that is not a method package or a composition (the driver, components, config, registry,
-  positions, models, vLLM engine access, distributed, resume, hub, reporting, defaults, rewards/, data/, sampling/,
-  evaluation/, cli);
-* methods: ``trl_explore.oger``, ``trl_explore.ase`` (a method may import shared code);
+* shared code: every room that is not a method or a composition (the driver, TRL guards, checkpoints, utilities,
+  rewards/, data/, sampling/, evaluation/, the product surface: cli, hub, readiness, reporting);
+* methods: ``trl_explore.oger``, ``trl_explore.ase``, ``trl_explore.exgrpo``, ``trl_explore.dynamic_sampling``
+  (a method may import shared code: its preset trainer the driver, its card the Hub's card template);
 * compositions: ``trl_explore.oger_ase`` and the package's ``__init__`` (may import anything).
 
 Rules: shared code never imports a method; a method never imports another method; ``rewards/`` imports neither
-``data/``, ``sampling/``, ``evaluation/`` nor the driver; and there is no import cycle between modules.
+``data/``, ``sampling/``, ``evaluation/`` nor the driver; no import cycle between modules; no cycle between rooms
+either (so the rooms stack in layers with no import climbing back up); and no file imports another file's private
+(underscored) name.
 """
 
 import ast
+import importlib
 import pathlib
 import re
 
 import pytest
 
+from trl_explore.moved import MOVED, current_path
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "trl_explore"
-METHODS = ("trl_explore.oger", "trl_explore.ase", "trl_explore.dynamic_sampling")
+METHODS = ("trl_explore.oger", "trl_explore.ase", "trl_explore.exgrpo", "trl_explore.dynamic_sampling")
 COMPOSITIONS = ("trl_explore", "trl_explore.oger_ase")
 REWARDS_MAY_NOT_IMPORT = ("trl_explore.data", "trl_explore.sampling", "trl_explore.evaluation", "trl_explore.driver",
-                          "trl_explore.components", *METHODS)
+                          *METHODS)
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -49,8 +55,6 @@ def _edges(name: str, path: pathlib.Path, modules) -> set[tuple[str, int]]:
 
     def visit(node):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
             targets = []
             if isinstance(child, ast.Import):
                 targets = [alias.name for alias in child.names]
@@ -135,6 +139,40 @@ def import_cycles(graph) -> list[list[str]]:
     return cycles
 
 
+def room_of(module: str) -> str:
+    """The room of a module: its top-level module or first-level subpackage (``trl_explore.driver.scoring`` ->
+    ``trl_explore.driver``); the package's ``__init__`` is a room of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def room_graph(graph) -> dict[str, set[tuple[str, int]]]:
+    """The import graph between rooms (imports inside one room left out)."""
+    rooms = {}
+    for module, edges in graph.items():
+        rooms.setdefault(room_of(module), set()).update(
+            (room_of(target), line) for target, line in edges if room_of(target) != room_of(module))
+    return rooms
+
+
+def private_imports() -> list[str]:
+    """``module:line imports name from other`` for each underscored (not dunder) name one file of the package takes
+    from another."""
+    modules, found = _modules(), []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base] * bool(base))
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if base.startswith("trl_explore") and private and f"{base}.{alias.name}" not in modules:
+                    found.append(f"{name}:{node.lineno} imports {alias.name} from {base}")
+    return found
+
+
 def test_layering_rules_hold():
     problems = layer_violations(import_graph())
     assert problems == [], "\n".join(problems)
@@ -145,6 +183,61 @@ def test_no_import_cycles():
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_rooms_stack_in_layers():
+    """No cycle between rooms: each room can sit above every room it imports, so no import climbs back up."""
+    cycles = import_cycles(room_graph(import_graph()))
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_file_imports_another_files_private_name():
+    assert private_imports() == []
+
+
+def test_the_package_imports_no_old_path():
+    """Old paths (``trl_explore.moved``) are for users' code; the package's own files import the new ones."""
+    modules, found = _modules(), []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found += [f"{name}:{node.lineno} imports {target}" for target in targets
+                      if any(target == old or target.startswith(old + ".") for old in MOVED)]
+    assert found == []
+
+
+@pytest.mark.parametrize("old, new", sorted(MOVED.items()))
+def test_old_import_paths_give_the_same_module(old, new):
+    module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__name__ == new and module.__spec__.name == new  # the alias leaves the module's own identity
+
+
+def test_recorded_paths_map_to_their_place_today():
+    assert current_path("trl_explore.config.ExplorationConfig") == "trl_explore.driver.config.ExplorationConfig"
+    assert current_path("trl_explore.driver.ExplorationTrainer") == "trl_explore.driver.trainer.ExplorationTrainer"
+    assert current_path("trl_explore.trl_contract") == "trl_explore.trl_guards.contract"
+    for unchanged in ("trl_explore.oger.trainer.OGERTrainer", "trl_explore.configs.x", "t.ASEGRPOTrainer"):
+        assert current_path(unchanged) == unchanged
+
+
+def test_faces_keep_the_old_names():
+    from trl_explore.checkpoints import inspect_checkpoint
+    from trl_explore.checkpoints.records import inspect_checkpoint as at_its_place
+    from trl_explore.config import ExplorationConfig
+    from trl_explore.driver.config import ExplorationConfig as config_at_its_place
+
+    assert inspect_checkpoint is at_its_place and ExplorationConfig is config_at_its_place
+
+
+def test_room_and_private_rules_on_hand_made_cases():
+    graph = {"trl_explore.driver.trainer": {("trl_explore.hub", 1)}, "trl_explore.hub": {("trl_explore.cli", 2)},
+             "trl_explore.cli": {("trl_explore.driver.config", 3)}, "trl_explore.driver.config": set()}
+    assert import_cycles(room_graph(graph)) == [["trl_explore.cli", "trl_explore.driver", "trl_explore.hub"]]
+    assert import_cycles(room_graph({"trl_explore.driver.trainer": {("trl_explore.driver.scoring", 1)},
+                                     "trl_explore.driver.scoring": {("trl_explore.driver.trainer", 2)}})) == []
+    assert room_of("trl_explore") == "trl_explore" and room_of("trl_explore.oger.reward") == "trl_explore.oger"
+
+
 @pytest.mark.parametrize(
     "graph, expected",
     [
@@ -152,7 +245,8 @@ def test_no_import_cycles():
         ({"trl_explore.ase.component": {("trl_explore.oger.fields", 29)}}, ["a method imports another method"]),
         ({"trl_explore.rewards.grading": {("trl_explore.data.champ_answers", 69)}}, ["rewards/ imports"]),
         ({"trl_explore.oger_ase": {("trl_explore.oger.component", 1), ("trl_explore.ase.component", 2)}}, []),
-        ({"trl_explore.oger.component": {("trl_explore.components", 1), ("trl_explore.rewards.checks", 2)}}, []),
+        ({"trl_explore.oger.component": {("trl_explore.driver.components", 1), ("trl_explore.rewards.checks", 2)}},
+         []),
     ],
 )
 def test_the_rules_catch_what_they_are_written_for(graph, expected):
@@ -164,7 +258,7 @@ def test_module_sizes():
     """No module of the package over 600 lines; the driver, read in one sitting, at most 300."""
     sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
     assert {name: n for name, n in sizes.items() if n > 600} == {}
-    assert sizes["trl_explore.driver"] <= 300
+    assert sizes["trl_explore.driver.trainer"] <= 300
 
 
 def test_no_test_module_imports_another():

@@ -181,7 +181,7 @@ def test_own_data_without_an_evaluation_split_says_where_its_evaluation_comes_fr
 
 # ---------------------------------------------------------------- 6. the busy output folder
 def test_a_busy_output_folder_is_refused_early_writing_nothing(tmp_path):
-    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
+    from trl_explore.checkpoints.records import OutputDirInUse, OutputDirLock, check_output_dir_free
     from trl_explore.cli import user_error_types
 
     check_output_dir_free(str(tmp_path / "new"))
@@ -203,8 +203,8 @@ def test_a_busy_output_folder_is_refused_early_writing_nothing(tmp_path):
 def test_a_training_run_holds_its_folder_from_the_start(tmp_path):
     # found by a newcomer: a second run started while the first one checked readiness passed the early check, then
     # evaluated, wrote into the busy folder and died with a traceback when the first run's trainer locked it
-    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
-    from trl_explore.disk import LOCK_NAME, held_by_this_run, run_output_lock
+    from trl_explore.checkpoints.disk import LOCK_NAME, held_by_this_run, run_output_lock
+    from trl_explore.checkpoints.records import OutputDirInUse, OutputDirLock, check_output_dir_free
 
     folder = tmp_path / "run"
     with run_output_lock(str(folder)):
@@ -232,7 +232,7 @@ def test_a_training_run_holds_its_folder_from_the_start(tmp_path):
 
 
 def test_the_lock_names_the_whole_command(tmp_path, monkeypatch):
-    from trl_explore.checkpoints import OutputDirInUse, OutputDirLock, check_output_dir_free
+    from trl_explore.checkpoints.records import OutputDirInUse, OutputDirLock, check_output_dir_free
 
     argv = ["train_oger.py", "--dataset_name", "mydata.jsonl", "--output_dir", "outputs/busy", "--max_steps", "2"]
     monkeypatch.setattr("sys.argv", argv)

@@ -12,13 +12,13 @@ from trl import GRPOConfig, GRPOTrainer
 from trl_explore.ase.recording import BlockReadouts
 from trl_explore.ase.steering import ActivationSteeringGenerator
 from trl_explore.driver import ExplorationTrainer
-from trl_explore.positions import (
+from trl_explore.testing import make_tiny_causal_lm
+from trl_explore.trl_guards.positions import (
     absolute_position_owner,
     check_position_ids_supported,
     mask_positions,
     positions_from_mask,
 )
-from trl_explore.testing import make_tiny_causal_lm
 
 SHORT, LONG, COMPLETION = [11, 12, 13], [21, 22, 23, 24, 25, 26, 27], [31, 32, 33, 34]  # prompts of 3 and 7 tokens
 

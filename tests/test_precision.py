@@ -10,8 +10,8 @@ from datasets import Dataset
 
 import trl_explore.precision as precision
 from trl_explore import ASEConfig, ASEGRPOTrainer
-from trl_explore.config import ExplorationConfig
 from trl_explore.driver import ExplorationTrainer
+from trl_explore.driver.config import ExplorationConfig
 from trl_explore.evaluation import heldout, heldout_evaluator
 from trl_explore.precision import (
     PROBE_SHAPES,

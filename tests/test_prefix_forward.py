@@ -1,5 +1,5 @@
-"""The shared-prompt forward (trl_explore.prefix_forward): TRL's log-probs, entropies and gradients with each group's
-prompt run once, where it applies, and TRL's own forward elsewhere."""
+"""The shared-prompt forward (trl_explore.trl_guards.prefix_forward): TRL's log-probs, entropies and gradients with
+each group's prompt run once, where it applies, and TRL's own forward elsewhere."""
 
 import logging
 
@@ -11,14 +11,14 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from trl.trainer.utils import add_fused_lm_head
 
 from trl_explore import OGERConfig, OGERTrainer
-from trl_explore.prefix_forward import (
+from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
+from trl_explore.trl_guards.prefix_forward import (
     can_share_prompt,
     group_chunks,
     share_prompt_blocker,
     shared_prompt_forward,
     shared_prompt_groups,
 )
-from trl_explore.testing import make_tiny_causal_lm, teacher_math_dataset, tiny_oger_args
 
 PROMPT, COMPLETION = 5, 4
 CACHE_ARGUMENT = Version(transformers.__version__) >= Version("5.20")
@@ -123,9 +123,9 @@ def test_a_run_that_cannot_share_says_why_once(tmp_path, smollm2_tokenizer, capl
     args = OGERConfig(**tiny_oger_args(tmp_path, share_prompt_forward=True, gradient_checkpointing=True, max_steps=1))
     trainer = OGERTrainer(make_tiny_causal_lm(smollm2_tokenizer), args=args, train_dataset=teacher_math_dataset(),
                           processing_class=smollm2_tokenizer)
-    with caplog.at_level(logging.WARNING, logger="trl_explore.forwards"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.forwards"):
         trainer.train()
-    said = [r.getMessage() for r in caplog.records if r.name == "trl_explore.forwards"]
+    said = [r.getMessage() for r in caplog.records if r.name == "trl_explore.driver.forwards"]
     assert said == ["share_prompt_forward is on, but this forward runs TRL's: gradient checkpointing is on (it turns "
                     "the key/value cache off)"]
 
@@ -134,7 +134,7 @@ def test_a_run_that_cannot_share_says_why_once(tmp_path, smollm2_tokenizer, capl
 def test_oger_training_is_the_same_with_the_shared_forward(tmp_path, smollm2_tokenizer, monkeypatch):
     """Two OGER steps (groups of 4 with a teacher row each), TRL's forward against the shared one: the logged loss,
     entropy and rewards agree to float rounding, and so do the trained weights."""
-    import trl_explore.forwards as forwards
+    import trl_explore.driver.forwards as forwards
 
     calls = []
     real = forwards.shared_prompt_forward

@@ -77,8 +77,8 @@ def test_probe_on_grpo_and_oger_steps_on_the_ladder(tmp_path, make_tiny_lm, smol
     """Plain GRPO (the driver with the probe only): every online row counts, so the online entropy is TRL's. OGER
     with the probe: the teacher row leaves the online entropy, which then differs from the all-token one."""
     from trl_explore import OGERConfig
-    from trl_explore.config import ExplorationConfig
     from trl_explore.driver import ExplorationTrainer
+    from trl_explore.driver.config import ExplorationConfig
     from trl_explore.oger.component import OGERComponent
     from trl_explore.oger.options import OGEROptions
 

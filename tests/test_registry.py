@@ -1,8 +1,8 @@
-"""Registries of named choices (trl_explore/registry.py) and the ones the package declares."""
+"""Registries of named choices (trl_explore/utils/registry.py) and the ones the package declares."""
 
 import pytest
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 
 def test_a_registry_lists_checks_and_maps_names():

@@ -5,7 +5,7 @@ on every rewritten row unless the rewriting component gives its own, and the rew
 import pytest
 
 from trl_explore import ExplorationConfig, ExplorationTrainer, OGERComponent, OGEROptions
-from trl_explore.components import Component
+from trl_explore.driver.components import Component
 from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, parity_reward, tiny_training_args
 
 ONLINE = ["two", "it is four", "maybe 2", "the sum is two"]

@@ -1,4 +1,4 @@
-"""Exact resumption (trl_explore.resume): inside a generation and across an epoch boundary, a resumed run is the
+"""Exact resumption (trl_explore.driver.resume): inside a generation and across an epoch boundary, a resumed run is the
 uninterrupted run, bit for bit, for OGER, ASE-GRPO and (with ``TRL_EXPLORE_FULL_RESUME=1``, 90 s) the two composed.
 
 The reference is the uninterrupted run itself: its per-step losses, final weights and ASE bank. The setup makes
@@ -27,7 +27,13 @@ from trl_explore import (
     OGERTrainer,
 )
 from trl_explore.driver import ExplorationTrainer
-from trl_explore.resume import STATE_DIR, EpochSampler, UnstorableBatch, load_generation_state, save_generation_state
+from trl_explore.driver.resume import (
+    STATE_DIR,
+    EpochSampler,
+    UnstorableBatch,
+    load_generation_state,
+    save_generation_state,
+)
 from trl_explore.testing import make_tiny_causal_lm, parity_reward, run_two_cpu_processes
 
 NUM_GENERATIONS = 6
@@ -180,7 +186,7 @@ def test_checkpoint_inside_a_generation_with_unstorable_batch_warns(tmp_path, sm
                                  train_dataset=Dataset.from_list([{"prompt": "1 + 1 ="}] * 2),
                                  processing_class=smollm2_tokenizer)
     trainer._step, trainer._buffered_inputs = 1, [{"ids": torch.zeros(2), "images": [object(), object()]}] * 2
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         trainer._save_rng_state(str(tmp_path / "checkpoint-1"))
     assert "'images'" in caplog.text and "generates this generation's remaining batches again" in caplog.text
     assert load_generation_state(str(tmp_path / "checkpoint-1"), 0, "cpu") == (1, None)
@@ -189,7 +195,7 @@ def test_checkpoint_inside_a_generation_with_unstorable_batch_warns(tmp_path, sm
     assert load_generation_state(str(tmp_path / "checkpoint-2"), 0, "cpu") == (2, None)
     trainer.use_vllm, trainer.args.vllm_mode = True, "server"  # the server's sampler state is not in a checkpoint
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="trl_explore.resume"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.resume"):
         for step in (3, 4):
             trainer._save_rng_state(str(tmp_path / f"checkpoint-{step}"))
     assert caplog.text.count("vLLM server's sampler state") == 1  # once per run

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from trl_explore import ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component
-from trl_explore.config import TRL_CHOICES
-from trl_explore.objective import DROPPED, ITEMS_BEFORE_DROPS, objective_share, take_rows
+from trl_explore.driver.components import Component
+from trl_explore.driver.config import TRL_CHOICES
+from trl_explore.driver.objective import DROPPED, ITEMS_BEFORE_DROPS, objective_share, take_rows
 from trl_explore.testing import doubling_dataset, parity_reward, tiny_training_args
 
 

@@ -16,7 +16,7 @@ from trl_explore import (
     OGERRewardFunction,
 )
 from trl_explore.ase.controls import CLEAN_ROUTE, OFFLINE_ROUTE
-from trl_explore.components import Component
+from trl_explore.driver.components import Component
 from trl_explore.oger import fields
 from trl_explore.testing import DOUBLING_TEACHERS, doubling_dataset, parity_reward, tiny_training_args
 

@@ -1,5 +1,6 @@
-"""The effective sampler (trl_explore.sampler_settings): which settings are read, how they are reproduced, which
-are refused; and the two recorders (OGER's H_last, ASE's behaviour log-probs) against generate's processed scores."""
+"""The effective sampler (trl_explore.trl_guards.sampler_settings): which settings are read, how they are reproduced,
+which are refused; and the two recorders (OGER's H_last, ASE's behaviour log-probs) against generate's processed
+scores."""
 
 import inspect
 import math
@@ -11,7 +12,8 @@ from trl import GRPOConfig
 
 from trl_explore.ase.recording import SampledTokenLogProbs
 from trl_explore.oger.entropy import LastTokenEntropyRecorder
-from trl_explore.sampler_settings import (
+from trl_explore.testing import make_tiny_causal_lm
+from trl_explore.trl_guards.sampler_settings import (
     NOT_REPRODUCED,
     REPRODUCED,
     SamplerSettings,
@@ -22,7 +24,6 @@ from trl_explore.sampler_settings import (
     sampler_settings,
     token_logps_and_entropy,
 )
-from trl_explore.testing import make_tiny_causal_lm
 
 PROBS = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
 LOGITS = PROBS.log()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trl_explore import ComponentOptions, ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component, Needs
+from trl_explore.driver.components import Component, Needs
 from trl_explore.testing import doubling_dataset, parity_reward, tiny_training_args
 
 
@@ -54,7 +54,7 @@ def test_options_given_twice_with_different_values_are_refused(tmp_path, smollm2
 
 
 def test_a_config_without_the_options_class_warns(tmp_path, smollm2_tokenizer, make_tiny_lm, caplog):
-    with caplog.at_level(logging.WARNING, logger="trl_explore.config"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.config"):
         _build(tmp_path, smollm2_tokenizer, make_tiny_lm(), [Scale()])
     assert "does not have ScaleOptions among its bases" in caplog.text
 
@@ -64,7 +64,7 @@ def test_a_near_miss_of_a_hook_name_warns(tmp_path, smollm2_tokenizer, make_tiny
         def loss_bacth(self, call):
             return call.batch
 
-    with caplog.at_level(logging.WARNING, logger="trl_explore.scoring"):
+    with caplog.at_level(logging.WARNING, logger="trl_explore.driver.scoring"):
         _build(tmp_path, smollm2_tokenizer, make_tiny_lm(), [Misspelt(ScaleOptions())])
     assert "Misspelt.loss_bacth is not a hook" in caplog.text and "did you mean 'loss_batch'" in caplog.text
 

@@ -26,7 +26,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from trl_explore import ComponentOptions, ExplorationConfig, ExplorationTrainer
-from trl_explore.components import Component
+from trl_explore.driver.components import Component
 from trl_explore.testing import run_two_cpu_processes, tiny_training_args
 
 NUM_GENERATIONS = 4

@@ -28,7 +28,7 @@ from trl_explore import (
     OGEROptions,
     OGERRewardFunction,
 )
-from trl_explore.components import Component, Needs
+from trl_explore.driver.components import Component, Needs
 from trl_explore.oger.entropy import entropy_from_logits
 from trl_explore.testing import parity_reward
 

@@ -1,4 +1,5 @@
-"""The TRL contract (trl_explore.trl_contract) holds for the installed TRL, and covers what the driver overrides."""
+"""The TRL contract (trl_explore.trl_guards.contract) holds for the installed TRL, and covers what the driver
+overrides."""
 
 import inspect
 
@@ -6,9 +7,9 @@ import pytest
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_explore import trl_contract
 from trl_explore.driver import ExplorationTrainer
 from trl_explore.testing import make_tiny_causal_lm
+from trl_explore.trl_guards import contract as trl_contract
 
 
 def test_installed_trl_matches_the_contract():

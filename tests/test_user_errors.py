@@ -22,8 +22,8 @@ from trl_explore.cli import (
     unknown_option_message,
     user_errors,
 )
-from trl_explore.config import TRL_CHOICES
 from trl_explore.data.training_data import DataArguments
+from trl_explore.driver.config import TRL_CHOICES
 from trl_explore.evaluation.heldout import HeldoutEvalArguments
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -18,9 +18,11 @@ sentence-transformers (nor TRL) until a name that needs them is used.
 
 from typing import TYPE_CHECKING
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.moved import keep_old_import_paths
+from trl_explore.utils.lazy import lazy_exports
+from trl_explore.version import __version__ as __version__
 
-__version__ = "0.1.0"
+keep_old_import_paths()
 
 # public name -> module that defines it
 _LAZY = {
@@ -49,10 +51,10 @@ _LAZY = {
     "DynamicSamplingTrainer": "trl_explore.dynamic_sampling.trainer",
     "OGERASEConfig": "trl_explore.oger_ase",
     "OGERASETrainer": "trl_explore.oger_ase",
-    "ExplorationTrainer": "trl_explore.driver",
-    "ExplorationConfig": "trl_explore.config",
-    "ComponentOptions": "trl_explore.config",
-    "Component": "trl_explore.components",
+    "ExplorationTrainer": "trl_explore.driver.trainer",
+    "ExplorationConfig": "trl_explore.driver.config",
+    "ComponentOptions": "trl_explore.driver.config",
+    "Component": "trl_explore.driver.components",
     "SteeringVectorBank": "trl_explore.ase.bank",
     "ActivationSteeringGenerator": "trl_explore.ase.steering",
 }
@@ -66,12 +68,12 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only (``X as X``: a
     from trl_explore.ase.options import ASEOptions as ASEOptions
     from trl_explore.ase.steering import ActivationSteeringGenerator as ActivationSteeringGenerator
     from trl_explore.ase.trainer import ASEGRPOTrainer as ASEGRPOTrainer
-    from trl_explore.components import Component as Component
-    from trl_explore.config import ComponentOptions as ComponentOptions
-    from trl_explore.config import ExplorationConfig as ExplorationConfig
     from trl_explore.data.builder import OfflineDatasetBuilder as OfflineDatasetBuilder
     from trl_explore.data.builder import build_offline_dataset as build_offline_dataset
-    from trl_explore.driver import ExplorationTrainer as ExplorationTrainer
+    from trl_explore.driver.components import Component as Component
+    from trl_explore.driver.config import ComponentOptions as ComponentOptions
+    from trl_explore.driver.config import ExplorationConfig as ExplorationConfig
+    from trl_explore.driver.trainer import ExplorationTrainer as ExplorationTrainer
     from trl_explore.dynamic_sampling.component import DynamicSamplingComponent as DynamicSamplingComponent
     from trl_explore.dynamic_sampling.config import DynamicSamplingConfig as DynamicSamplingConfig
     from trl_explore.dynamic_sampling.options import DynamicSamplingOptions as DynamicSamplingOptions

@@ -3,9 +3,9 @@ and the script's default recipe when no ``--config`` is given.
 
 ``TrlParser`` (``HfArgumentParser``) puts every field of a training config in one list, TRL's and Transformers' ~200
 options first; :func:`make_parser` moves the fields of each method's options class
-(:class:`~trl_explore.config.ComponentOptions`, e.g. ``OGEROptions``) into an argument group of its own, titled by the
-class's ``section``, and lists those groups before the rest. Parsing is unchanged: the fields stay fields of the same
-config class.
+(:class:`~trl_explore.driver.config.ComponentOptions`, e.g. ``OGEROptions``) into an argument group of its own, titled
+by the class's ``section``, and lists those groups before the rest. Parsing is unchanged: the fields stay fields of
+the same config class.
 
 User errors (:func:`user_errors`): a bad option, data set, Hub access or batch geometry stops a script with one line
 ``[script] error: ...`` on stderr and exit status 2, no traceback; ``--debug`` (or ``TRL_EXPLORE_DEBUG=1``) shows the
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from trl import GRPOConfig, TrlParser
 
-from trl_explore.config import ExplorationConfig, options_classes
+from trl_explore.driver.config import ExplorationConfig, options_classes
 
 DEBUG_ENV = "TRL_EXPLORE_DEBUG"
 """Environment variable: set to 1 to see the traceback of a user error (as ``--debug``)."""
@@ -93,7 +93,7 @@ def take_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
 def user_error_types() -> tuple[type[Exception], ...]:
     """The exceptions :func:`user_errors` prints as one line: bad values and options (ValueError, TypeError,
     KeyError), missing files, unsupported settings, Hub access, an output folder another run holds."""
-    from trl_explore.checkpoints import OutputDirInUse
+    from trl_explore.checkpoints.records import OutputDirInUse
     from trl_explore.hub import HubAccessError
 
     return ValueError, TypeError, KeyError, FileNotFoundError, NotImplementedError, HubAccessError, OutputDirInUse
@@ -448,8 +448,8 @@ def run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, scr
     Returns:
         The trained trainer (its process group already ended).
     """
-    # the run's hold on output_dir (trl_explore.disk.run_output_lock) is let go on every way out, a user error's
-    # exit included
+    # the run's hold on output_dir (trl_explore.checkpoints.disk.run_output_lock) is let go on every way out, a user
+    # error's exit included
     with contextlib.ExitStack() as run_stack:
         return _run_recipe(config_cls, recipe, tag, build_trainer, metric_prefixes, script_cls, argv, after_train,
                            rollouts, run_stack)
@@ -460,9 +460,9 @@ def _run_recipe(config_cls, recipe, tag: str, build_trainer, metric_prefixes, sc
     """:func:`run_recipe`'s body; ``run_stack`` holds what the run keeps until it ends (``output_dir``'s lock)."""
     import time
 
+    from trl_explore.checkpoints.disk import run_output_lock
     from trl_explore.data.gold_normalizers import gold_normalizer_for
     from trl_explore.data.training_data import DataArguments, load_training_data
-    from trl_explore.disk import run_output_lock
     from trl_explore.evaluation.heldout import save_heldout
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator
     from trl_explore.evaluation.own_data import save_heldout_problems, training_and_eval_data

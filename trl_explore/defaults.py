@@ -354,7 +354,7 @@ def tiny_policy_path() -> pathlib.Path:
     if not (out / "config.json").is_file():
         from transformers import AutoTokenizer
 
-        from trl_explore.testing import make_tiny_causal_lm
+        from trl_explore.trl_guards.models import make_tiny_causal_lm
 
         tokenizer = AutoTokenizer.from_pretrained(default_policy_path())
         model = make_tiny_causal_lm(tokenizer, seed=0)

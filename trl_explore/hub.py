@@ -288,7 +288,7 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    import trl_explore
+    from trl_explore.version import __version__
 
     args = trainer.args
     model_name = model_name or pathlib.Path(args.output_dir).name
@@ -311,7 +311,7 @@ def model_card_text(trainer, model_name: str | None = None, dataset_name=None, t
     card_data = ModelCardData(base_model=base_hub, datasets=data_hub or None, library_name="transformers",
                               model_name=model_name, pipeline_tag="text-generation", tags=all_tags)
 
-    version = trl_explore.__version__
+    version = __version__
     repo = trainer.hub_model_id or args.output_dir
     lines = [f"# {model_name}", "",
              f"Trained with **{method_names}** by `{type(trainer).__name__}` of "

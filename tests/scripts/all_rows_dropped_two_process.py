@@ -11,9 +11,9 @@ import torch
 from transformers import AutoTokenizer
 
 from trl_explore import ExplorationTrainer
-from trl_explore.components import Component, Needs
-from trl_explore.config import ExplorationConfig
 from trl_explore.defaults import default_policy_path
+from trl_explore.driver.components import Component, Needs
+from trl_explore.driver.config import ExplorationConfig
 from trl_explore.testing import doubling_dataset, make_tiny_causal_lm, parity_reward, tiny_training_args
 
 out = Path(sys.argv[1])

@@ -106,7 +106,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from trl_explore import ASEConfig, ASEGRPOTrainer  # noqa: E402
-from trl_explore.checkpoints import inspect_run  # noqa: E402
+from trl_explore.checkpoints.records import inspect_run  # noqa: E402
 from trl_explore.defaults import default_policy_path  # noqa: E402
 from trl_explore.testing import make_tiny_causal_lm, parity_reward  # noqa: E402
 

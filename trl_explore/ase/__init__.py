@@ -6,7 +6,7 @@ The four public names are imported on first use, so ``import trl_explore.ase.ban
 
 from typing import TYPE_CHECKING
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "ASEComponent": "trl_explore.ase.component",

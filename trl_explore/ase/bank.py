@@ -43,8 +43,8 @@ from trl_explore.ase.directions import (
     random_directions_like,
     random_unit_vectors,
 )
-from trl_explore.similarity import EPS as _EPS
-from trl_explore.similarity import cosine_matrix  # noqa: F401 - re-exported with the bank's steps
+from trl_explore.utils.similarity import EPS as _EPS
+from trl_explore.utils.similarity import cosine_matrix  # noqa: F401 - re-exported with the bank's steps
 
 __all__ = [  # the pure steps live in contrasts.py and directions.py; re-exported here, where the recipe uses them
     "CORRECT_THRESHOLD", "SteeringVectorBank", "applied_strength", "bank_metrics", "cluster_candidates",

@@ -1,4 +1,4 @@
-"""ASE-GRPO as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
+"""ASE-GRPO as a :class:`~trl_explore.driver.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
 Paper: "Exploration via Activation-Space Steering for Reinforcement Learning with Verifiable Rewards" (§3, App. B, D).
 Maths: ``bank`` (§3.2), ``routing``, ``importance`` (§3.3), ``steering``. Hooks:
@@ -48,11 +48,11 @@ from trl_explore.ase.routing import (
     shared_problem_id_warning,
 )
 from trl_explore.ase.steering import ActivationSteeringGenerator, steering_offsets
-from trl_explore.components import Component, Needs
 from trl_explore.defaults import trl_scores_after_generation
-from trl_explore.models import unwrap_model
+from trl_explore.driver.components import Component, Needs
 from trl_explore.rewards.checks import unscored_correctness_warning
 from trl_explore.rewards.correctness import correctness_note, correctness_values, threshold_of
+from trl_explore.trl_guards.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trl_explore.ase.options import ASEOptions
-from trl_explore.config import ExplorationConfig
+from trl_explore.driver.config import ExplorationConfig
 
 
 @dataclass

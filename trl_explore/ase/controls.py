@@ -1,5 +1,5 @@
 """The named choices of ASE-GRPO's bank: the controls of the paper's Table 4 and App. D.2 (SPEC §3.6) and the readouts
-the bank is built from, each a :class:`~trl_explore.registry.Registry` entry.
+the bank is built from, each a :class:`~trl_explore.utils.registry.Registry` entry.
 
 A module of its own so that the options can check their values without importing the bank (which pulls in
 scikit-learn). ``"none"`` is the method itself. Code reads an entry's flags (``BANK_CONTROLS[name].estimates_bank``)
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 
 @dataclass(frozen=True)

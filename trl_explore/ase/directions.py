@@ -14,8 +14,8 @@ from sklearn.decomposition import PCA
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from trl_explore.similarity import EPS as _EPS
-from trl_explore.similarity import cosine_matrix
+from trl_explore.utils.similarity import EPS as _EPS
+from trl_explore.utils.similarity import cosine_matrix
 
 
 def cluster_candidates(

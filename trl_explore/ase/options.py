@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 from trl_explore.ase.controls import BANK_CONTROLS, BANK_READOUTS, ROUTE_ALLOCATIONS
-from trl_explore.config import ComponentOptions
-from trl_explore.sampler_settings import check_reproducible, effective_sampler
+from trl_explore.driver.config import ComponentOptions
+from trl_explore.trl_guards.sampler_settings import check_reproducible, effective_sampler
 
 
 @dataclass
@@ -85,7 +85,8 @@ class ASEOptions(ComponentOptions):
             sampled rows do, as in ASE-GRPO alone.
 
     Behaviour log-probs and the sampler: with HF generation, the steered behaviour log-prob of a token is taken
-    under the distribution it was drawn from, with the sampler's effective settings (`trl_explore.sampler_settings`):
+    under the distribution it was drawn from, with the sampler's effective settings
+    (`trl_explore.trl_guards.sampler_settings`):
     the temperature of `generation_kwargs` when it gives one (else `GRPOConfig.temperature`), and under `top_k` /
     `top_p` / `min_p` the truncated, renormalised distribution (as vLLM's `processed_logprobs`). Settings it cannot
     reproduce (`repetition_penalty != 1`, `do_sample=False`, `no_repeat_ngram_size`, ...) are refused when the config

@@ -10,9 +10,9 @@ import torch
 from trl_explore.ase.options import ASEOptions
 from trl_explore.ase.steering import readout_positions
 from trl_explore.ase.steering.base import block_hidden_states, check_layer_index
-from trl_explore.models import unwrap_model
-from trl_explore.sampler_settings import SamplerSettings, processed_logits
 from trl_explore.sampling.decode import current_rows, observe_draws
+from trl_explore.trl_guards.models import unwrap_model
+from trl_explore.trl_guards.sampler_settings import SamplerSettings, processed_logits
 
 
 class SampledTokenLogProbs:
@@ -22,20 +22,21 @@ class SampledTokenLogProbs:
     A forward hook on the (unwrapped) model reads the logits of the last position after each forward pass;
     the token sampled from them is the ``input_ids`` of the next pass (and, for the last pass, the last column
     of the output). The distribution is the one the token was drawn from: the logits processed by the effective
-    sampler (``trl_explore.sampler_settings``: the temperature of ``GRPOConfig`` or of ``generation_kwargs``, and the
-    truncated, renormalised distribution under top-k / top-p / min-p), as vLLM's ``processed_logprobs`` are on the
-    vLLM path. TRL's ``old_per_token_logps`` (the numerator of the truncated IS weight) are of
-    ``softmax(logits / GRPOConfig.temperature)``, untruncated; at the defaults the two conventions coincide.
-    Memory: one ``[B, V]`` float32 table at a time.
+    sampler (``trl_explore.trl_guards.sampler_settings``: the temperature of ``GRPOConfig`` or of
+    ``generation_kwargs``, and the truncated, renormalised distribution under top-k / top-p / min-p), as vLLM's
+    ``processed_logprobs`` are on the vLLM path. TRL's ``old_per_token_logps`` (the numerator of the truncated IS
+    weight) are of ``softmax(logits / GRPOConfig.temperature)``, untruncated; at the defaults the two conventions
+    coincide. Memory: one ``[B, V]`` float32 table at a time.
 
     Args:
         model: the policy (unwrapped here).
-        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` (the driver's ``trainer.sampler``); a
+        sampler: the :class:`~trl_explore.trl_guards.sampler_settings.SamplerSettings` (the driver's
+        ``trainer.sampler``); a
             number ``T`` means ``SamplerSettings(temperature=T)``.
 
     Raises:
         ValueError: a sampler setting that is not reproduced
-            (:func:`~trl_explore.sampler_settings.check_reproducible`).
+            (:func:`~trl_explore.trl_guards.sampler_settings.check_reproducible`).
     """
 
     def __init__(self, model, sampler: SamplerSettings | float):

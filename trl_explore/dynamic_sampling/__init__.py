@@ -6,7 +6,7 @@ The rule is in ``filtering`` (pure), the options in ``options``, the component i
 ``DynamicSamplingConfig`` / ``DynamicSamplingTrainer`` are loaded on first access (they import TRL).
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "DynamicSamplingComponent": "trl_explore.dynamic_sampling.component",

@@ -1,15 +1,15 @@
-"""DAPO's dynamic sampling as a :class:`~trl_explore.components.Component` (one hook: ``select_groups``).
+"""DAPO's dynamic sampling as a :class:`~trl_explore.driver.components.Component` (one hook: ``select_groups``).
 
 Paper: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476, §3.2
 (the constraint ``0 < |{o_i : is_equivalent(a, o_i)}| < G`` of Eq. 11). The driver does the resampling
-(``trl_explore.resampling``); this component only says which groups are informative.
+(``trl_explore.driver.resampling``); this component only says which groups are informative.
 """
 
 from __future__ import annotations
 
 import torch
 
-from trl_explore.components import Component, GroupSelection
+from trl_explore.driver.components import Component, GroupSelection
 from trl_explore.dynamic_sampling.filtering import flat_groups
 from trl_explore.dynamic_sampling.options import DynamicSamplingOptions
 

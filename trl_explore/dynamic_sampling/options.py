@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trl_explore.config import ComponentOptions
+from trl_explore.driver.config import ComponentOptions
 
 ON_CAP = ("drop", "error")
 """What happens when the cap on generation rounds is reached with too few informative groups."""

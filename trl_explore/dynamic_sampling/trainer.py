@@ -2,7 +2,7 @@
 
 Paper: Yu et al. 2025, "DAPO", arXiv 2503.14476, §3.2. The component is
 :class:`~trl_explore.dynamic_sampling.component.DynamicSamplingComponent`; the resampling loop is the driver's
-(``trl_explore.resampling``).
+(``trl_explore.driver.resampling``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Command line: ``python examples/evaluate.py`` and ``python examples/plot.py RUN_
 Names are loaded on first access: importing this package loads neither torch nor transformers.
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "ASE_PANELS": "trl_explore.evaluation.plots",

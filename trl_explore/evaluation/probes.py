@@ -3,8 +3,8 @@
 The methods log their own diagnostics (``oger/*``, ``ase/*``), each over the rows it sees: TRL's ``entropy`` averages
 every completion token, the teacher rows' included (the policy finds those surprising, so OGER's reads high), OGER's
 failed ratio exists only where OGER runs, ASE's answer disagreement counts steered and teacher rows alike.
-:class:`DynamicsProbe` is a :class:`~trl_explore.components.Component` that measures, for any trainer it is added to,
-on the rows the policy itself sampled ("online" rows: ``Rollout.offline`` False):
+:class:`DynamicsProbe` is a :class:`~trl_explore.driver.components.Component` that measures, for any trainer it is
+added to, on the rows the policy itself sampled ("online" rows: ``Rollout.offline`` False):
 
 ==================================  ==================================================================================
 metric                              what
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 import torch
 
-from trl_explore.components import Component, Needs
+from trl_explore.driver.components import Component, Needs
 from trl_explore.rewards.correctness import correctness_values, threshold_of
 
 

@@ -5,7 +5,7 @@ The pure maths is in ``experience``, the buffer in ``buffer``; ``ExGRPOOptions``
 first access (the config imports TRL).
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "ExGRPOComponent": "trl_explore.exgrpo.component",

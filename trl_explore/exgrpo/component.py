@@ -41,7 +41,7 @@ import os
 
 import torch
 
-from trl_explore.components import Component, Needs
+from trl_explore.driver.components import Component, Needs
 from trl_explore.exgrpo.buffer import ExperienceBuffer, Trajectory
 from trl_explore.exgrpo.card import EXGRPO_CARD
 from trl_explore.exgrpo.experience import (

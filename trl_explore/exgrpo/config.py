@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl_explore.config import ExplorationConfig
+from trl_explore.driver.config import ExplorationConfig
 from trl_explore.exgrpo.options import ExGRPOOptions
 
 

@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 
 def _normal(num_correct: torch.Tensor, num_generations: int, sigma: float) -> torch.Tensor:

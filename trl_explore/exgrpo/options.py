@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trl_explore.config import ComponentOptions
+from trl_explore.driver.config import ComponentOptions
 from trl_explore.exgrpo.experience import BUCKET_WEIGHTINGS, TRAJECTORY_SELECTIONS
 
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")

@@ -4,7 +4,7 @@
 modules (``exploration``, ``replacement``, ``policy_shaping``, ``entropy``) stay light.
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "OGERComponent": "trl_explore.oger.component",

@@ -1,4 +1,4 @@
-"""OGER as a :class:`~trl_explore.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
+"""OGER as a :class:`~trl_explore.driver.components.Component` of :class:`~trl_explore.driver.ExplorationTrainer`.
 
 Paper: "OGER: A Robust Offline-Guided Exploration Reward for Hybrid Reinforcement Learning" (§3). Maths:
 ``exploration`` (Eq. 3-5), ``entropy`` (Eq. 6), ``replacement`` (§3.2), ``policy_shaping`` (Eq. 10 + LUFFY),
@@ -21,10 +21,10 @@ import logging
 
 import torch
 
-from trl_explore.components import Component, Needs, Rollout, phase, record_phase
 from trl_explore.defaults import trl_scores_after_generation
-from trl_explore.distributed import load_auxiliary_model
-from trl_explore.objective import ITEMS_BEFORE_DROPS
+from trl_explore.driver.components import Component, Needs, Rollout
+from trl_explore.driver.objective import ITEMS_BEFORE_DROPS
+from trl_explore.driver.profiling import phase, record_phase
 from trl_explore.oger import fields
 from trl_explore.oger.card import OGER_CARD
 from trl_explore.oger.embedding import TrajectoryEncoder
@@ -47,6 +47,7 @@ from trl_explore.oger.policy_shaping import (
 from trl_explore.oger.replacement import REPLACEMENT_RULES, sample_offline_indices, select_replacements
 from trl_explore.rewards.correctness import threshold_of
 from trl_explore.rewards.math_verify_reward import completion_text
+from trl_explore.trl_guards.distributed import load_auxiliary_model
 
 logger = logging.getLogger(__name__)
 

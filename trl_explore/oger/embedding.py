@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 import torch
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 LONG_TEXT_MODES = Registry("embedding_long_text_mode", kind="long-text mode")
 """How a trajectory longer than the embedder's ``max_seq_length`` is embedded (module docstring)."""
@@ -155,7 +155,7 @@ def check_max_seq_length(model, max_seq_length: int, name: str) -> None:
     """
     import logging
 
-    from trl_explore.positions import absolute_position_owner
+    from trl_explore.trl_guards.positions import absolute_position_owner
 
     if max_seq_length < 1:
         raise ValueError(f"TrajectoryEncoder(max_seq_length={max_seq_length}): must be >= 1 token")

@@ -3,7 +3,8 @@
 Definition used throughout trl_explore: ``H_last_i`` is the Shannon entropy, in nats, of the next-token distribution
 that PRODUCED the final completion token of ``tau_i`` (EOS included when the completion stopped; the last kept token
 when it was truncated): the distribution the sampler drew that token from, i.e. the policy's logits processed by the
-effective sampler (``trl_explore.sampler_settings``: the temperature of ``GRPOConfig`` or of ``generation_kwargs``,
+effective sampler (``trl_explore.trl_guards.sampler_settings``: the temperature of ``GRPOConfig`` or of
+``generation_kwargs``,
 and the truncated, renormalised distribution under top-k / top-p / min-p; the raw policy at the defaults ``T = 1``,
 no truncation). Settings that cannot be reproduced (``repetition_penalty``, ...) are refused when the trainer is
 built (``OGEROptions.apply``). The same convention holds on every generation path: the HF recorder below processes
@@ -24,8 +25,8 @@ import time
 
 import torch
 
-from trl_explore.sampler_settings import SamplerSettings, entropy_from_logits, processed_logits
 from trl_explore.sampling.decode import current_rows, observe_draws
+from trl_explore.trl_guards.sampler_settings import SamplerSettings, entropy_from_logits, processed_logits
 
 __all__ = ["LastTokenEntropyRecorder", "entropy_from_logits", "last_token_values"]
 
@@ -69,15 +70,15 @@ class LastTokenEntropyRecorder:
 
     Args:
         model: the (unwrapped) causal LM (``get_output_embeddings()`` and ``get_input_embeddings()`` are hooked).
-        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` ``generate`` samples with (the driver's
-            ``trainer.sampler``); entropies are of ``softmax(processed_logits(logits, sampler))``. A number ``T``
-            means ``SamplerSettings(temperature=T)`` (default 1).
+        sampler: the :class:`~trl_explore.trl_guards.sampler_settings.SamplerSettings` ``generate`` samples with (the
+            driver's ``trainer.sampler``); entropies are of ``softmax(processed_logits(logits, sampler))``. A number
+            ``T`` means ``SamplerSettings(temperature=T)`` (default 1).
         eos_token_ids: the ids that end a completion (TRL's ``trainer.eos_token_ids``).
         keep_previous: also keep each row's logits of the step before its last one.
 
     Raises:
         ValueError: a temperature <= 0, or a sampler setting that is not reproduced
-            (:func:`~trl_explore.sampler_settings.check_reproducible`).
+            (:func:`~trl_explore.trl_guards.sampler_settings.check_reproducible`).
     """
 
     def __init__(self, model: torch.nn.Module, sampler: SamplerSettings | float = 1.0, eos_token_ids=(),

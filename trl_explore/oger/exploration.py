@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from trl_explore.similarity import cosine_matrix
+from trl_explore.utils.similarity import cosine_matrix
 
 
 def cosine_similarity_matrix(online: torch.Tensor, offline: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:

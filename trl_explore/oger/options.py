@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trl_explore.config import ComponentOptions
+from trl_explore.driver.config import ComponentOptions
 from trl_explore.oger.embedding import EMBEDDING_DTYPES, LONG_TEXT_MODES
 from trl_explore.oger.replacement import REPLACEMENT_RULES
-from trl_explore.registry import Registry
-from trl_explore.sampler_settings import check_reproducible, effective_sampler
+from trl_explore.trl_guards.sampler_settings import check_reproducible, effective_sampler
+from trl_explore.utils.registry import Registry
 
 LAST_TOKEN = Registry("last_token", kind="last-token rule")
 """Which next-token distribution defines ``H_last`` (OGER Eq. 6); an entry is True when a final EOS is skipped."""
@@ -71,9 +71,10 @@ class OGEROptions(ComponentOptions):
     sampler it can reproduce (below).
 
     `H_last` and the sampler: `H_last` is the entropy (nats) of the distribution the final token was drawn from, with
-    the sampler's effective settings (`trl_explore.sampler_settings`): the temperature of `generation_kwargs` when it
-    gives one (else `GRPOConfig.temperature`), and under `top_k` / `top_p` / `min_p` the truncated, renormalised
-    distribution. Settings it cannot reproduce (`repetition_penalty != 1`, `do_sample=False`, `no_repeat_ngram_size`,
+    the sampler's effective settings (`trl_explore.trl_guards.sampler_settings`): the temperature of
+    `generation_kwargs` when it gives one (else `GRPOConfig.temperature`), and under `top_k` / `top_p` / `min_p` the
+    truncated, renormalised distribution. Settings it cannot reproduce (`repetition_penalty != 1`, `do_sample=False`,
+    `no_repeat_ngram_size`,
     ... in `generation_kwargs`) are refused when the config or the trainer is built, unless `entropy_refinement=False`.
     TRL's own log-probs, entropies and entropy mask use `GRPOConfig.temperature` only.
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 Loaded on first access, so ``import trl_explore.rewards`` pulls in neither torch nor math-verify.
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "GRADER_MODES": "trl_explore.rewards.grading",

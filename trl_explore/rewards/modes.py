@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 GRADER_MODES = Registry("grader_mode", kind="grader mode")
 """Grader modes: where a completion's final answer is read (:mod:`trl_explore.rewards.grading`)."""

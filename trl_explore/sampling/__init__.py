@@ -16,7 +16,7 @@ Shared code: imports no method package (``ase``, ``oger``) and neither ``data`` 
 access, so ``import trl_explore.sampling`` pulls in neither torch nor transformers.
 """
 
-from trl_explore.lazy import lazy_exports
+from trl_explore.utils.lazy import lazy_exports
 
 _LAZY = {
     "BACKENDS": "trl_explore.sampling.backends",

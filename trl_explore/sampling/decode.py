@@ -1,7 +1,8 @@
 """A decoder for small batches on a CPU: what ``model.generate`` samples, with less work per token.
 
 :func:`decode` samples completions for a batch of prompts, as HF ``generate`` does with ``do_sample=True`` (or
-greedily), from the same next-token distribution (:func:`trl_explore.sampler_settings.processed_logits`: temperature,
+greedily), from the same next-token distribution (:func:`trl_explore.trl_guards.sampler_settings.processed_logits`:
+temperature,
 top-k, top-p, min-p, suppressed tokens) and from the same random generator (torch's global one, so a run's seed and
 its saved random states fix the samples, as they fix ``generate``'s). :func:`fast_generate` wraps it in
 ``generate``'s signature and output layout, so a caller of ``generate`` (TRL's rollout path, the evaluation's
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trl_explore.sampler_settings import SamplerSettings, processed_logits, sampler_settings
+from trl_explore.trl_guards.sampler_settings import SamplerSettings, processed_logits, sampler_settings
 
 COMPACT_FRACTION = 1 / 8
 """Finished rows are dropped from the batch (and its cache) once they are at least this fraction of it."""
@@ -260,8 +261,8 @@ def decode(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
         prompts: ``B`` prompts, token ids without padding; rows may repeat a prompt (they then share its prefill).
         max_new_tokens: the token cap per completion (>= 1).
         eos_token_ids: the ids that end a completion (it ends with the first one sampled, included).
-        sampler: the next-token sampler (:class:`~trl_explore.sampler_settings.SamplerSettings`); None decodes
-            greedily (argmax).
+        sampler: the next-token sampler (:class:`~trl_explore.trl_guards.sampler_settings.SamplerSettings`); None
+            decodes greedily (argmax).
 
     Returns:
         ``B`` completions (token ids), each ending with its end-of-sequence token or cut at ``max_new_tokens``.

@@ -27,7 +27,7 @@ import random
 
 import torch
 
-from trl_explore.registry import Registry
+from trl_explore.utils.registry import Registry
 
 SEEDINGS = Registry("seeding")
 """How a sampling seed is applied (see the module docstring)."""

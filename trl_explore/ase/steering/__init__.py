@@ -13,7 +13,7 @@ from trl_explore.ase.steering.base import (
     steering_offsets,
 )
 from trl_explore.ase.steering.hf import ActivationSteeringGenerator, find_decoder_layers
-from trl_explore.models import unwrap_model  # re-exported: where it was first defined
+from trl_explore.trl_guards.models import unwrap_model  # re-exported: where it was first defined
 
 __all__ = [
     "ActivationSteeringGenerator",

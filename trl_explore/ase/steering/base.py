@@ -101,7 +101,7 @@ def steering_offsets(route_ids: torch.Tensor, vectors: torch.Tensor, alpha: floa
         TypeError / ValueError: see :func:`check_routes`; ``ValueError`` if ``alpha`` is not finite.
     """
     check_routes(route_ids, vectors)
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     table = torch.cat([vectors.new_zeros(1, vectors.shape[1]), vectors.detach()], dim=0)  # [K+1, d], v_0 = 0
     return alpha * table[route_ids.to(device=vectors.device, dtype=torch.long)]
 
@@ -173,7 +173,7 @@ def completion_log_probs(logits: torch.Tensor, token_ids: torch.Tensor, temperat
     Raises:
         ValueError: shapes disagree, or ``temperature`` is not a positive finite number.
     """
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     if logits.dim() != 3 or token_ids.shape != logits.shape[:2]:
         raise ValueError(
             f"`logits` must be [B, T, V] and `token_ids` [B, T]; got {tuple(logits.shape)} and "
@@ -228,13 +228,13 @@ def block_hidden_states(output) -> torch.Tensor:
     )
 
 
-def _check_alpha(alpha) -> float:
+def check_alpha(alpha) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise ValueError(f"`alpha` must be a finite number, got {alpha!r}")
     return float(alpha)
 
 
-def _check_temperature(temperature) -> float:
+def check_temperature(temperature) -> float:
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
@@ -275,7 +275,7 @@ class SteeringBackend(abc.ABC):
         if not isinstance(steer_prompt, bool):
             raise ValueError(f"`steer_prompt` must be a bool, got {steer_prompt!r}")
         self.layer = layer
-        self.alpha = _check_alpha(alpha)
+        self.alpha = check_alpha(alpha)
         self.steer_prompt = steer_prompt
         self.hook_calls = 0
 

@@ -25,19 +25,19 @@ from torch import nn
 
 from trl_explore.ase.steering.base import (
     SteeringBackend,
-    _check_alpha,
-    _check_temperature,
     add_to_block_output,
     block_hidden_states,
+    check_alpha,
     check_layer_index,
     check_routes,
+    check_temperature,
     completion_log_probs,
     readout_positions,
     steering_offsets,
 )
-from trl_explore.models import unwrap_model
-from trl_explore.positions import mask_positions
 from trl_explore.sampling.decode import current_rows, row_keys
+from trl_explore.trl_guards.models import unwrap_model
+from trl_explore.trl_guards.positions import mask_positions
 
 # Attribute paths (after unwrapping) where decoder stacks live, tried after ``get_decoder().layers``.
 _LAYER_PATHS = (
@@ -280,7 +280,7 @@ class ActivationSteeringGenerator(SteeringBackend):
         backward) and, with ``fused_lm_head=True`` or a small ``batch_size``, little memory. Behaviour
         log-probs obtained this way match the sampling distribution up to float rounding: models with
         absolute positions (GPT-2, ...) get position ids from the attention mask, numbered as ``generate``
-        numbers them (:func:`~trl_explore.positions.mask_positions`); RoPE only sees relative positions.
+        numbers them (:func:`~trl_explore.trl_guards.positions.mask_positions`); RoPE only sees relative positions.
 
         The behaviour distribution is ``softmax(logits / temperature)``: top-k / top-p / min-p /
         repetition-penalty filters are not applied (TRL's defaults use none), the same convention as
@@ -322,8 +322,8 @@ class ActivationSteeringGenerator(SteeringBackend):
             raise RuntimeError("score() cannot run inside an active steering context (the offset would be added "
                                "twice)")
         model = self.model if model is None else model
-        temperature = _check_temperature(temperature)
-        alpha = self.alpha if alpha is None else _check_alpha(alpha)
+        temperature = check_temperature(temperature)
+        alpha = self.alpha if alpha is None else check_alpha(alpha)
         _check_score_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, route_ids)
         bad_batch_size = isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         if batch_size is not None and bad_batch_size:

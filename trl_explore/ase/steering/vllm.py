@@ -51,19 +51,19 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from trl_explore.ase.steering.base import SteeringBackend, _check_alpha, check_layer_index, check_routes
-from trl_explore.vllm_engine import vllm_model_runner
+from trl_explore.ase.steering.base import SteeringBackend, check_alpha, check_layer_index, check_routes
+from trl_explore.trl_guards.vllm_engine import vllm_model_runner
 
 logger = logging.getLogger(__name__)
 
 ROUTE_KEY = "trl_explore_route"
 """Key of a request's route in ``SamplingParams.extra_args``."""
 
-_TABLE = "trl_explore_steering_table"  # [R, d] in the block's dtype; row 0 stays 0 (clean route)
-_ROUTES = "trl_explore_steering_routes"  # [max_tokens] int64, route of each token of the current forward
-_CALLS = "trl_explore_steering_calls"  # [1] int64, incremented by the steered block at every forward
+TABLE_BUFFER = "trl_explore_steering_table"  # [R, d] in the block's dtype; row 0 stays 0 (clean route)
+ROUTES_BUFFER = "trl_explore_steering_routes"  # [max_tokens] int64, route of each token of the current forward
+CALLS_BUFFER = "trl_explore_steering_calls"  # [1] int64, incremented by the steered block at every forward
 
-_pending = threading.local()  # steering slots requested by an open `steerable_vllm` context
+pending_slot = threading.local()  # steering slots requested by an open `steerable_vllm` context
 
 
 # ------------------------------------------------------------------ the steered block
@@ -79,9 +79,9 @@ def _steered_forward(self, *args, **kwargs):
             f"vLLM steering expects decoder blocks with [num_tokens, d] outputs (vLLM's own model implementation), "
             f"got shape {tuple(hidden.shape)}; use vllm_model_impl='vllm'"
         )
-    table = getattr(self, _TABLE)
-    offsets = table[getattr(self, _ROUTES)[: hidden.shape[0]]]  # [num_tokens, d]; route 0 reads the zero row
-    getattr(self, _CALLS).add_(1)
+    table = getattr(self, TABLE_BUFFER)
+    offsets = table[getattr(self, ROUTES_BUFFER)[: hidden.shape[0]]]  # [num_tokens, d]; route 0 reads the zero row
+    getattr(self, CALLS_BUFFER).add_(1)
     hidden = hidden + offsets
     return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
 
@@ -134,16 +134,16 @@ def install_steering_slot(model: nn.Module, layer: int, max_routes: int, max_tok
     layers = vllm_decoder_layers(model)
     check_layer_index(layer, len(layers))
     block = layers[layer]
-    if hasattr(block, _TABLE):
+    if hasattr(block, TABLE_BUFFER):
         return block
     hidden_size = _hidden_size(model)
     reference = next(block.parameters())
     block.__class__ = _steered_class(type(block))
     device = reference.device
     table = torch.zeros(max_routes, hidden_size, dtype=reference.dtype, device=device)
-    block.register_buffer(_TABLE, table, persistent=False)
-    block.register_buffer(_ROUTES, torch.zeros(max_tokens, dtype=torch.long, device=device), persistent=False)
-    block.register_buffer(_CALLS, torch.zeros(1, dtype=torch.long, device=device), persistent=False)
+    block.register_buffer(TABLE_BUFFER, table, persistent=False)
+    block.register_buffer(ROUTES_BUFFER, torch.zeros(max_tokens, dtype=torch.long, device=device), persistent=False)
+    block.register_buffer(CALLS_BUFFER, torch.zeros(1, dtype=torch.long, device=device), persistent=False)
     return block
 
 
@@ -166,7 +166,7 @@ def runner_max_tokens(runner) -> int:
     return int(getattr(runner, "max_num_tokens", 0) or runner.scheduler_config.max_num_batched_tokens) + 64
 
 
-def _runner_classes() -> list[type]:
+def runner_classes() -> list[type]:
     """vLLM model-runner classes whose ``load_model`` builds the model (those importable in this vLLM)."""
     classes = []
     for module, name in (
@@ -199,13 +199,13 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
     Yields:
         None.
     """
-    classes = _runner_classes()
+    classes = runner_classes()
     originals = {cls: cls.__dict__.get("load_model") for cls in classes}
 
     def wrap(cls, original_for_lookup):
         def load_model(self, *args, **kwargs):
             result = original_for_lookup(self, *args, **kwargs)
-            slot = getattr(_pending, "slot", None)
+            slot = getattr(pending_slot, "slot", None)
             if slot is not None and getattr(self, "model", None) is not None:
                 install_steering_slot(self.model, slot["layer"], slot["max_routes"], runner_max_tokens(self))
             return result
@@ -213,7 +213,7 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
         return load_model
 
     previous_env = os.environ.get("VLLM_DISABLE_COMPILE_CACHE")
-    _pending.slot = {"layer": layer, "max_routes": max_routes}
+    pending_slot.slot = {"layer": layer, "max_routes": max_routes}
     os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
     try:
         for cls in classes:
@@ -224,7 +224,7 @@ def steerable_vllm(layer: int = 0, max_routes: int = 64) -> Iterator[None]:
         for cls in classes:
             if originals[cls] is not None:
                 cls.load_model = originals[cls]
-        _pending.slot = None
+        pending_slot.slot = None
         if previous_env is None:
             os.environ.pop("VLLM_DISABLE_COMPILE_CACHE", None)
         else:
@@ -338,7 +338,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
                 "process): unset it for colocate mode"
             )
         block = layers[layer]
-        if not hasattr(block, _TABLE):
+        if not hasattr(block, TABLE_BUFFER):
             if not _is_eager(llm):
                 raise RuntimeError(
                     f"this vLLM engine is compiled and decoder block {layer} has no steering slot: build the engine "
@@ -347,8 +347,8 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
                 )
             block = install_steering_slot(self.runner.model, layer, max_routes, runner_max_tokens(self.runner))
         self.block = block
-        self.max_routes = getattr(block, _TABLE).shape[0]
-        self.hidden_size = getattr(block, _TABLE).shape[1]
+        self.max_routes = getattr(block, TABLE_BUFFER).shape[0]
+        self.hidden_size = getattr(block, TABLE_BUFFER).shape[1]
         supported = runner_exposes_batch_layout(self.runner)
         if per_request_routes and not supported:
             raise RuntimeError(
@@ -392,7 +392,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
             params = getattr(state, "sampling_params", None)
             return int((getattr(params, "extra_args", None) or {}).get(ROUTE_KEY, 0)), self.steer_prompt
 
-        write_token_routes(self.runner, getattr(self.block, _ROUTES), route_of)
+        write_token_routes(self.runner, getattr(self.block, ROUTES_BUFFER), route_of)
 
     # -------------------------------------------------------------- steering context
     @contextmanager
@@ -422,14 +422,14 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
                 "close it first (one steering context per engine)"
             )
         check_routes(route_ids, vectors, self.hidden_size)
-        alpha = self.alpha if alpha is None else _check_alpha(alpha)
+        alpha = self.alpha if alpha is None else check_alpha(alpha)
         if vectors.shape[0] + 1 > self.max_routes:
             raise ValueError(
                 f"{vectors.shape[0]} vectors do not fit the vLLM steering table of {self.max_routes} rows "
                 "(1 clean + vectors); build the engine with a larger `max_routes`"
             )
-        table = getattr(self.block, _TABLE)
-        calls = getattr(self.block, _CALLS)
+        table = getattr(self.block, TABLE_BUFFER)
+        calls = getattr(self.block, CALLS_BUFFER)
         fresh = torch.zeros_like(table)
         fresh[1 : vectors.shape[0] + 1] = (alpha * vectors.detach().float()).to(device=table.device, dtype=table.dtype)
         table.copy_(fresh)
@@ -458,7 +458,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
             else:
                 llm.generate = previous
             table.zero_()
-            getattr(self.block, _ROUTES).zero_()
+            getattr(self.block, ROUTES_BUFFER).zero_()
             self.hook_calls = int(calls.item()) - calls_before
         steered = bool((route_ids != 0).any())
         if steered and self._wrapped and self.hook_calls > 0 and self.forward_calls == 0:
@@ -500,7 +500,7 @@ class VLLMActivationSteeringGenerator(SteeringBackend):
         if not self.steer_prompt and any(routes):
             raise RuntimeError("steer_prompt=False needs per-request routes (vLLM's V1 model runner)")
         outputs = [None] * len(prompts)
-        route_buffer = getattr(self.block, _ROUTES)
+        route_buffer = getattr(self.block, ROUTES_BUFFER)
         for route in sorted(set(routes)):
             rows = [i for i, r in enumerate(routes) if r == route]
             route_buffer.fill_(route)

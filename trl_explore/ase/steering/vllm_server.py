@@ -32,11 +32,11 @@ from contextlib import contextmanager
 import torch
 
 from trl_explore.ase.steering.vllm import (
-    _CALLS,
-    _ROUTES,
-    _TABLE,
-    _runner_classes,
+    CALLS_BUFFER,
+    ROUTES_BUFFER,
+    TABLE_BUFFER,
     install_steering_slot,
+    runner_classes,
     runner_exposes_batch_layout,
     runner_max_tokens,
     write_token_routes,
@@ -149,16 +149,16 @@ def install_server_steering(runner, layer: int, max_vectors: int = 64):
             "through the server needs vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)"
         )
     block = install_steering_slot(runner.model, layer, max_vectors + 1, runner_max_tokens(runner))
-    rows = RequestVectorRows(getattr(block, _TABLE), runner.requests)
+    rows = RequestVectorRows(getattr(block, TABLE_BUFFER), runner.requests)
     original = runner._model_forward
 
     def _model_forward(*args, **kwargs):
-        write_token_routes(runner, getattr(block, _ROUTES), rows.row_of)
+        write_token_routes(runner, getattr(block, ROUTES_BUFFER), rows.row_of)
         return original(*args, **kwargs)
 
     runner._model_forward = _model_forward
     runner._trl_explore_block = block
-    runner._trl_explore_status = lambda: rows.status(layer, int(getattr(block, _CALLS).item()))
+    runner._trl_explore_status = lambda: rows.status(layer, int(getattr(block, CALLS_BUFFER).item()))
     logger.info("trl_explore: steering slot on decoder block %d (%d vectors)", layer, max_vectors)
     return block
 
@@ -190,16 +190,16 @@ def register() -> None:
         return
     layer = _env_int(ENV_LAYER)
     max_vectors = _env_int(ENV_MAX_VECTORS, "64")
-    from trl_explore.ase.steering.vllm import _pending
+    from trl_explore.ase.steering.vllm import pending_slot
 
-    for cls in _runner_classes():
+    for cls in runner_classes():
         original = cls.__dict__.get("load_model")
         if original is None or getattr(original, "_trl_explore", False):
             continue
 
         def load_model(self, *args, _original=original, **kwargs):
             result = _original(self, *args, **kwargs)
-            if getattr(_pending, "slot", None) is None:  # not a colocate engine under steerable_vllm
+            if getattr(pending_slot, "slot", None) is None:  # not a colocate engine under steerable_vllm
                 install_server_steering(self, layer, max_vectors)
             return result
 

@@ -32,15 +32,15 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "get_high_entropy_mask": ("entropies", "mask", "threshold"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "save_model": ("output_dir", "_internal_call"),
-    # exact resumption (trl_explore.resume): Trainer's per-process checkpoint hook carries TRL's generation buffer;
-    # TRL's training sampler is wrapped to count epochs
+    # exact resumption (trl_explore.driver.resume): Trainer's per-process checkpoint hook carries TRL's generation
+    # buffer; TRL's training sampler is wrapped to count epochs
     "_save_rng_state": ("output_dir",),
     "_get_train_sampler": ("dataset",),
     # checkpoints a kill cannot tear (trl_explore.checkpoints): the completion record around TRL's and Trainer's
     # checkpoint, the Hub push after it, resume_from_checkpoint=True resolved to the newest complete checkpoint
     "_save_checkpoint": ("model", "trial"),
     "_push_from_checkpoint": ("checkpoint_folder",),
-    # load_best_model_at_end: the components' state follows the reloaded weights (trl_explore.resume)
+    # load_best_model_at_end: the components' state follows the reloaded weights (trl_explore.driver.resume)
     "_load_best_model": (),
     "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),
     # Trainer's model card: trl_explore.hub names the base model only when it is a Hub id
@@ -95,7 +95,7 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
         "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images",
         "self._generate_single_turn(",
     ),
-    # load_best_model_at_end: TRL syncs vLLM's weights only when the step changed (trl_explore.resume resets it)
+    # load_best_model_at_end: TRL syncs vLLM's weights only when the step changed (trl_explore.driver.resume resets it)
     "_generate_single_turn": ("return completion_ids, logprobs",
                               "if self.state.global_step != self._last_loaded_step:"),
     "_generate_and_score_completions": (
@@ -123,17 +123,19 @@ SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     # TRL writes its entropy-controller state after Trainer's checkpoint, inside the driver's completion record
     "_save_checkpoint": ("super()._save_checkpoint(model, trial)",),
     # TRL's policy forward passes no position ids: the driver adds them from the attention mask for models with
-    # absolute positions (trl_explore.positions), which reads `attention_mask` from the model call
+    # absolute positions (trl_explore.trl_guards.positions), which reads `attention_mask` from the model call
     "_get_per_token_logps_and_entropies": (
         'model_inputs = {"input_ids": input_ids_batch, "attention_mask": attention_mask_batch}',
     ),
     # every training / evaluation loss goes through the driver's `_compute_loss`
     "compute_loss": ("return self._compute_loss(model, inputs)",),
-    # the sampler (trl_explore.sampler_settings): generation_kwargs override the config's settings; TRL keeps the dict
-    # its GenerationConfig is built from; its fused LM head (its log-probs and entropies) uses the config's temperature
+    # the sampler (trl_explore.trl_guards.sampler_settings): generation_kwargs override the config's settings; TRL
+    # keeps the dict its GenerationConfig is built from; its fused LM head (its log-probs and entropies) uses the
+    # config's temperature
     "__init__": ("self.vllm_generation = ", "generation_kwargs.update(args.generation_kwargs)",
                  "self.generation_kwargs = generation_kwargs", "temperature=self.temperature,"),
-    # exact resumption: TRL reads its buffer unless a generation is due or the buffer is empty (trl_explore.resume)
+    # exact resumption: TRL reads its buffer unless a generation is due or the buffer is empty
+    # (trl_explore.driver.resume)
     "_prepare_inputs": (
         "if self._step % generate_every == 0 or self._buffered_inputs is None:",
         "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]",
@@ -153,8 +155,8 @@ OTHER_SOURCE_FACTS: dict[str, tuple[str, ...]] = {
     ),
     # resume_from_checkpoint=True: Transformers takes the newest folder, torn or not (the driver resolves it first)
     "transformers.trainer:Trainer.train": ("resume_from_checkpoint = get_last_checkpoint(args.output_dir)",),
-    # trl_explore.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per iteration;
-    # it reads the sampler's shuffle, seed, generator and num_samples
+    # trl_explore.driver.resume.EpochSampler replays epoch e's order: a generator seeded once, one permutation per
+    # iteration; it reads the sampler's shuffle, seed, generator and num_samples
     "trl.trainer.utils:RepeatSampler.__init__": ("self.shuffle = shuffle", "self.seed = seed",
                                                  "self.generator.manual_seed(seed)"),
     "trl.trainer.utils:RepeatSampler.__iter__": (
@@ -189,7 +191,9 @@ def check(trainer_cls=None) -> list[str]:
             target = getattr(target, part)
         source = inspect.getsource(target)
         problems += [f"{qualname} no longer contains {line!r}" for line in lines if line not in source]
-    from trl.extras.profiling import ProfilingContext  # trl_explore.components.record_phase logs a measured time
+    from trl.extras.profiling import (
+        ProfilingContext,  # trl_explore.driver.profiling.record_phase logs a measured time
+    )
 
     params = tuple(p for p in inspect.signature(ProfilingContext._log_metrics).parameters if p != "self")
     if params != ("duration",):

@@ -73,8 +73,9 @@ def load_auxiliary_model(load: Callable[[], T], name: str = "auxiliary model") -
                 where = "partitioned by DeepSpeed ZeRO-3" if hasattr(param, "ds_id") else "on the meta device"
                 raise RuntimeError(
                     f"{name}: parameter {param_name!r} is {where} (local shape {tuple(param.shape)}), so this process "
-                    "does not hold the model. Build it inside trl_explore.distributed.load_auxiliary_model, or before "
-                    "the training config (GRPOConfig) is created, and not through accelerator.prepare"
+                    "does not hold the model. Build it inside "
+                    "trl_explore.trl_guards.distributed.load_auxiliary_model, or before the training config "
+                    "(GRPOConfig) is created, and not through accelerator.prepare"
                 )
     return model
 

@@ -112,9 +112,10 @@ class ExplorationConfig(GRPOConfig):
             `use_cpu` and `bf16`; an explicit `bf16` wins over `"auto"` and must agree with a forced value. Not read on
             a GPU, where `bf16` / `fp16` keep TRL's meaning.
         share_prompt_forward (`bool`, defaults to `False`):
-            Score completions with each group's prompt run once (`trl_explore.prefix_forward`): the prompt's key/value
-            cache is repeated over the group's rows, so a forward reads `P - 1 + G (T + 1)` columns a group instead
-            of `G (P + T)`. The same log-probs and entropies to float rounding. Used where it applies (one process,
+            Score completions with each group's prompt run once (`trl_explore.trl_guards.prefix_forward`): the
+            prompt's key/value cache is repeated over the group's rows, so a forward reads `P - 1 + G (T + 1)` columns
+            a group instead of `G (P + T)`. The same log-probs and entropies to float rounding. Used where it applies
+            (one process,
             no wrapper, no gradient checkpointing, no PEFT, no forward hook on the model, rotary or ALiBi
             positions); TRL's forward elsewhere.
 

@@ -22,7 +22,7 @@ import logging
 import torch
 from torch import nn
 
-from trl_explore.models import unwrap_model
+from trl_explore.trl_guards.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 

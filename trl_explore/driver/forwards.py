@@ -1,8 +1,8 @@
 """Teacher-forced policy forwards of :class:`~trl_explore.driver.ExplorationTrainer` on given completions: TRL's own
 (the trained policy's distribution) and the behaviour one (the distribution the rollouts were sampled from: the
-components' steering and the effective sampler, :mod:`trl_explore.sampler_settings`). A mixin over ``GRPOTrainer``
-that provides TRL's forward with positions from the attention mask (``_trl_forward``) and reads the driver's
-``behaviour_context`` and ``sampler``."""
+components' steering and the effective sampler, :mod:`trl_explore.trl_guards.sampler_settings`). A mixin over
+``GRPOTrainer`` that provides TRL's forward with positions from the attention mask (``_trl_forward``) and reads the
+driver's ``behaviour_context`` and ``sampler``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,15 @@ import logging
 
 import torch
 
-from trl_explore.components import Forward
-from trl_explore.positions import mask_positions
-from trl_explore.prefix_forward import group_chunks, share_prompt_blocker, shared_prompt_forward, shared_prompt_groups
-from trl_explore.sampler_settings import processed_logits, token_logps_and_entropy
+from trl_explore.driver.components import Forward
+from trl_explore.trl_guards.positions import mask_positions
+from trl_explore.trl_guards.prefix_forward import (
+    group_chunks,
+    share_prompt_blocker,
+    shared_prompt_forward,
+    shared_prompt_groups,
+)
+from trl_explore.trl_guards.sampler_settings import processed_logits, token_logps_and_entropy
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +31,13 @@ class TeacherForcedMixin:
                      compute_aux_loss=False, **extra):
         """TRL's ``_get_per_token_logps_and_entropies`` with position ids taken from the attention mask, as
         ``generate`` numbers them. TRL builds the model inputs inside that method (ids, mask, multimodal keys) and
-        has no ``position_ids`` argument, so :func:`~trl_explore.positions.mask_positions` passes them through a
-        pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged.
+        has no ``position_ids`` argument, so :func:`~trl_explore.trl_guards.positions.mask_positions` passes them
+        through a pre-hook on models with absolute positions (GPT-2, ...); RoPE / ALiBi models run unchanged.
 
         With ``share_prompt_forward`` (text only, no auxiliary loss,
-        :func:`~trl_explore.prefix_forward.share_prompt_blocker`) each group's prompt is run once instead
-        (:mod:`trl_explore.prefix_forward`), in chunks of whole groups of about ``batch_size`` rows; the same values
-        to float rounding."""
+        :func:`~trl_explore.trl_guards.prefix_forward.share_prompt_blocker`) each group's prompt is run once instead
+        (:mod:`trl_explore.trl_guards.prefix_forward`), in chunks of whole groups of about ``batch_size`` rows; the
+        same values to float rounding."""
         if (getattr(self.args, "share_prompt_forward", False) and not compute_aux_loss
                 and all(value is None for value in extra.values())):
             groups = shared_prompt_groups(input_ids, attention_mask, logits_to_keep)
@@ -89,7 +94,7 @@ class TeacherForcedMixin:
         """A no-grad, teacher-forced forward under the distribution the current rollouts were sampled from: the
         components' :meth:`behaviour_context` (e.g. a route's steering) and the effective sampler :attr:`sampler`
         (temperature from ``generation_kwargs`` when given there, top-k / top-p / min-p as the truncated,
-        renormalised distribution: :func:`~trl_explore.sampler_settings.processed_logits`).
+        renormalised distribution: :func:`~trl_explore.trl_guards.sampler_settings.processed_logits`).
 
         When the sampler's distribution is TRL's (:meth:`SamplerSettings.matches_trl`, the default) this is
         :meth:`policy_forward` (TRL's fused forward, no logits); otherwise the logits of the positions asked for are
@@ -102,9 +107,9 @@ class TeacherForcedMixin:
                 ``l_i - 1`` of each row is computed. None: every completion position.
 
         Returns:
-            :class:`~trl_explore.components.Forward` with ``logps`` (log-prob of each token under the distribution it
-            was drawn from; ``-inf`` for a token outside the kept set) and ``entropies`` (that distribution's Shannon
-            entropy), nats, ``[B, T]`` (``[B, 1]`` with ``positions``).
+            :class:`~trl_explore.driver.components.Forward` with ``logps`` (log-prob of each token under the
+            distribution it was drawn from; ``-inf`` for a token outside the kept set) and ``entropies`` (that
+            distribution's Shannon entropy), nats, ``[B, T]`` (``[B, 1]`` with ``positions``).
 
         Raises:
             ValueError: a position outside ``[1, len_i]``.

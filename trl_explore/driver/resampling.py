@@ -2,7 +2,7 @@
 ``Component.drop_rows`` (``docs/architecture.md``, "Batch-level resampling").
 
 One training batch may take several generation rounds. Round 0 is TRL's own generation of the rows its sampler gave;
-when a component's :meth:`~trl_explore.components.Component.select_groups` refuses groups, the driver draws new
+when a component's :meth:`~trl_explore.driver.components.Component.select_groups` refuses groups, the driver draws new
 prompts (:func:`resample_rows`: from the training set, with the driver's random stream ``"driver/resample"``, a
 function of the seed, the optimizer step and the round only, so a resumed run draws the same), generates and scores
 them with every hook, and asks again. The batch is built from the first kept groups of each process, in round then
@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from trl_explore.components import Component, GroupSelection
-from trl_explore.objective import DROPPED, ITEMS_BEFORE_DROPS, kept_items, loss_mask
+from trl_explore.driver.components import Component, GroupSelection
+from trl_explore.driver.objective import DROPPED, ITEMS_BEFORE_DROPS, kept_items, loss_mask
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def resample_batch(trainer, inputs: list, first: GenerationRound) -> dict:
 
 def finish_drops(trainer, output: dict) -> None:
     """Set ``num_items_in_batch`` to the loss tokens of the rows not dropped (all processes) and keep the count
-    before the drops under ``num_items_before_drops`` (``trl_explore.objective``)."""
+    before the drops under ``num_items_before_drops`` (``trl_explore.driver.objective``)."""
     accelerator = trainer.accelerator
     mask = loss_mask(output)
     dropped = output.get(DROPPED)

@@ -43,3 +43,36 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         else:
             break
     return model
+
+
+def make_tiny_causal_lm(tokenizer, arch: str = "llama", seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
+    """A randomly initialised causal LM over ``tokenizer``'s vocabulary (float32, CPU).
+
+    Its completions almost never end by themselves: end-of-sequence is one token of ~49k, so a rollout runs to
+    ``max_completion_length``. A method that depends on lengths should raise the end-of-sequence logit in its tests
+    (a bias of about 8 nats on it gave lengths of 1 to 16 tokens of 16 in a training step).
+
+    Args:
+        tokenizer: its ``len`` is the vocabulary size; its BOS / EOS / pad ids are the model's.
+        arch: ``"llama"`` or ``"qwen2"`` (rotary positions, grouped-query attention: 4 heads, 2 key-value heads).
+        seed: ``torch.manual_seed`` before the weights are drawn.
+        hidden_size, num_layers: model width and depth (defaults 64 and 2).
+
+    Raises:
+        KeyError: another ``arch``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
+    config = config_cls(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model

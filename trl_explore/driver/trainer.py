@@ -1,18 +1,18 @@
 """``ExplorationTrainer``: one ``GRPOTrainer`` subclass that drives an ordered list of method components.
 
-A method (OGER, ASE-GRPO, your own) is a :class:`~trl_explore.components.Component`; ``trl_explore.components``
-documents every hook: when it runs, what it receives and what it may change. The driver overrides TRL's private hooks
-(listed, with their signatures, in :mod:`trl_explore.trl_contract`) and calls the components' hooks, in list order, at
-fixed places of a step. The checkpoint side (component state, TRL's generation buffer, the sampler's epoch) is
-:class:`~trl_explore.resume.ResumableTrainerMixin`: a resumed run continues inside a generation and in a later epoch
-exactly as the uninterrupted run.
+A method (OGER, ASE-GRPO, your own) is a :class:`~trl_explore.driver.components.Component`;
+``trl_explore.driver.components`` documents every hook: when it runs, what it receives and what it may change. The
+driver overrides TRL's private hooks (listed, with their signatures, in :mod:`trl_explore.trl_guards.contract`) and
+calls the components' hooks, in list order, at fixed places of a step. The checkpoint side (component state, TRL's
+generation buffer, the sampler's epoch) is :class:`~trl_explore.driver.resume.ResumableTrainerMixin`: a resumed run
+continues inside a generation and in a later epoch exactly as the uninterrupted run.
 
 Metrics go beside TRL's own through :meth:`ExplorationTrainer.log_metric` (``Component.log_metric``), under each
 component's prefix (``oger/``, ``ase/``).
 
-Two distributions (``trl_explore.sampler_settings``): TRL's log-probs and entropies (:meth:`policy_forward`, the
-scoring and loss forwards) are of ``softmax(logits / GRPOConfig.temperature)``; the rollouts were sampled from the
-effective sampler :attr:`ExplorationTrainer.sampler` (``generation_kwargs`` merged, top-k / top-p / min-p
+Two distributions (``trl_explore.trl_guards.sampler_settings``): TRL's log-probs and entropies (:meth:`policy_forward`,
+the scoring and loss forwards) are of ``softmax(logits / GRPOConfig.temperature)``; the rollouts were sampled from
+the effective sampler :attr:`ExplorationTrainer.sampler` (``generation_kwargs`` merged, top-k / top-p / min-p
 truncations), which :meth:`behaviour_forward` reproduces.
 """
 
@@ -26,7 +26,8 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from trl_explore.components import (
+from trl_explore.defaults import resolve_model_and_config
+from trl_explore.driver.components import (
     Forward,
     ForwardCall,
     ForwardResult,
@@ -35,32 +36,31 @@ from trl_explore.components import (
     SamplingCall,
     TrainerPlan,
 )
-from trl_explore.config import ExplorationConfig, default_verifier
-from trl_explore.defaults import resolve_model_and_config
-from trl_explore.distributed import check_launch
-from trl_explore.forwards import TeacherForcedMixin
-from trl_explore.hub import check_hub_access, create_model_card
-from trl_explore.objective import DROPPED, batch_objective_share, take_rows
-from trl_explore.positions import check_context_length, check_position_ids_supported
-from trl_explore.precision import precision_line
-from trl_explore.resampling import finish_batch
-from trl_explore.resume import ResumableTrainerMixin
-from trl_explore.rows import check_datasets
-from trl_explore.sampler_settings import effective_sampler, trl_temperature_note
-from trl_explore.sampling.decode import rollout_sampling
-from trl_explore.scoring import (
+from trl_explore.driver.config import ExplorationConfig, default_verifier
+from trl_explore.driver.forwards import TeacherForcedMixin
+from trl_explore.driver.objective import DROPPED, batch_objective_share, take_rows
+from trl_explore.driver.resampling import finish_batch
+from trl_explore.driver.resume import ResumableTrainerMixin
+from trl_explore.driver.rows import check_datasets
+from trl_explore.driver.scoring import (
+    Generation,
     ScoringMixin,
-    _check_declared_edit,
-    _Generation,
     check_component_hooks,
     check_components,
+    check_declared_edit,
     check_declared_forwards,
     check_row_owner_column,
     settle_rewrites,
     stream_seed,
 )
-from trl_explore.trl_contract import LOSS_FORWARD_KEYS
-from trl_explore.vllm_engine import engine_options, use_reload_weights_on_cpu
+from trl_explore.hub import check_hub_access, create_model_card
+from trl_explore.precision import precision_line
+from trl_explore.sampling.decode import rollout_sampling
+from trl_explore.trl_guards.contract import LOSS_FORWARD_KEYS
+from trl_explore.trl_guards.distributed import check_launch
+from trl_explore.trl_guards.positions import check_context_length, check_position_ids_supported
+from trl_explore.trl_guards.sampler_settings import effective_sampler, trl_temperature_note
+from trl_explore.trl_guards.vllm_engine import engine_options, use_reload_weights_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +82,12 @@ def _enter(stack: contextlib.ExitStack, contexts) -> contextlib.ExitStack:
 
 
 class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin, GRPOTrainer):
-    """``GRPOTrainer`` driving ``components`` (a list of :class:`~trl_explore.components.Component`) in list order.
+    """``GRPOTrainer`` driving ``components`` (:class:`~trl_explore.driver.components.Component` s) in list order.
 
     Args:
-        model, args, **kwargs: as for ``GRPOTrainer``; ``model="embedded"`` selects the bundled SmolLM2-135M-Instruct;
-            ``args`` defaults to an :class:`~trl_explore.config.ExplorationConfig`.
+        model, args, **kwargs: as for ``GRPOTrainer`` (``train_dataset``, ``eval_dataset``, ``processing_class``,
+            ``callbacks``, ``peft_config``, ... pass through); ``model="embedded"`` selects the bundled
+            SmolLM2-135M-Instruct; ``args`` defaults to an :class:`~trl_explore.driver.config.ExplorationConfig`.
         reward_funcs: as for ``GRPOTrainer``; default: the verifiable reward R_m (``config.default_verifier``:
             ``MathVerifyReward`` with ``args.grader_mode`` and ``args.gold_normalizer``), to which components may add
             their own (OGER adds ``OGERRewardFunction``).
@@ -94,12 +95,12 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
 
     Attributes:
         precision_note: one line saying the training precision and why (``trl_explore.precision``).
-        sampler: the :class:`~trl_explore.sampler_settings.SamplerSettings` the rollouts are drawn from (config plus
-            ``generation_kwargs``), read once after TRL's ``__init__``.
+        sampler: the :class:`~trl_explore.trl_guards.sampler_settings.SamplerSettings` the rollouts are drawn from
+            (config plus ``generation_kwargs``), read once after TRL's ``__init__``.
 
     Raises:
-        ValueError: a dataset column that a component adds to the reward kwargs itself; fewer prompts than one
-            generation batch; whatever a component's ``prepare`` raises (options against the configuration).
+        ValueError: a dataset column that a component adds to the reward kwargs itself; fewer prompts than one batch;
+            whatever a component's ``prepare`` raises (options against the configuration).
     """
 
     create_model_card = create_model_card  # the card names the components' methods and papers (trl_explore.hub)
@@ -139,7 +140,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             component.setup(self)
         check_declared_forwards(self.components)  # loss / forward hooks that needs() never enables: an error
         self.add_callback(_StepEnd(self.components))
-        self._generation: _Generation | None = None  # the generation in progress
+        self._generation: Generation | None = None  # the generation in progress
         self._replay: tuple | None = None  # (input_ids, Forward) of the loss forward made by the driver
         self._prompt_kinds: dict[str, str] = {}  # per mode: plain text or conversational (rows.check_prompt_rows)
         self._warned_context = False
@@ -171,7 +172,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # sees the prompts only) and adds their batch-first fields to the batch (they survive shuffling/splitting).
         # When an `edit_scored` hook changed rows, TRL's method runs a second time on the final rows (`_generate` and
         # `_calculate_rewards` then return them and their rewards): TRL pads, scores and computes the advantages its
-        # own way, and no line of it is copied here. `select_groups` / `drop_rows`: trl_explore.resampling.
+        # own way, and no line of it is copied here. `select_groups` / `drop_rows`: trl_explore.driver.resampling.
         return finish_batch(self, inputs, self._generation_round(inputs, 0))  # resampling, drops, metrics
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -198,7 +199,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         for component in self.components:
             before, rollout = rollout, component.transform_rollout(rollout)
             rollout, changed = settle_rewrites(before, rollout, component.name)
-            _check_declared_edit(component, changed, "transform_rollout")
+            check_declared_edit(component, changed, "transform_rollout")
         gen.rollout = rollout
         self._plan_scoring(gen)
         return rollout.as_trl_tuple()
@@ -212,7 +213,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
             replay_ids, forward = self._replay
             self._replay = None
             if replay_ids.shape != input_ids.shape or not torch.equal(replay_ids, input_ids):
-                raise RuntimeError("TRL's loss forward differs from the driver's: see trl_explore.trl_contract")
+                raise RuntimeError("TRL's loss forward differs from the driver's: see trl_explore.trl_guards.contract")
             return tuple(forward)
         gen = self._generation
         if gen is None or not gen.observe_scoring:
@@ -234,7 +235,7 @@ class ExplorationTrainer(TeacherForcedMixin, ResumableTrainerMixin, ScoringMixin
         # (under those components' contexts), builds a batch copy (loss_batch, advantages: TRL reads the advantages
         # from the batch it is given) and lets TRL's objective reuse that forward; extra loss terms are then added.
         # Rows a component dropped (`drop_rows`) are taken out of the micro-batch TRL's objective sees: its objective
-        # and normaliser are those of a batch without them (`trl_explore.objective`).
+        # and normaliser are those of a batch without them (`trl_explore.driver.objective`).
         mode = self._mode()
         users = [c for c in self.components if c.needs(mode).loss_forward]
         dropped = inputs[DROPPED].bool() if DROPPED in inputs and bool(inputs[DROPPED].any()) else None

@@ -43,6 +43,8 @@ import struct
 import uuid
 import zipfile
 
+from trl_explore.moved import current_path
+
 RECORD_NAME = "trl_explore_checkpoint.json"
 """The completion record in a checkpoint folder (module docstring)."""
 
@@ -374,7 +376,7 @@ def compare_run_records(saved: dict, current: dict) -> tuple[list[str], list[str
             f"components {names(saved)} wrote the checkpoint, this trainer has {names(current)}")
     elif "components" in saved:
         warnings.extend(_options_differences(saved["components"], current["components"]))
-    if saved.get("trainer") and saved["trainer"] != current["trainer"]:
+    if saved.get("trainer") and current_path(saved["trainer"]) != current["trainer"]:  # moved paths are the same
         warnings.append(f"trainer {saved['trainer']} wrote the checkpoint, this one is {current['trainer']}")
     for key, old in (saved.get("geometry") or {}).items():
         new = current["geometry"].get(key)
@@ -459,8 +461,8 @@ def nonfinite_state(model, optimizer=None) -> str | None:
     return None if problem is None else f"optimizer state {problem}"
 
 
-# a save the disk refused, and the output folder's lock: trl_explore.disk (re-exported here, their first home)
-from trl_explore.disk import (  # noqa: E402, F401
+# a save the disk refused, and the output folder's lock: trl_explore.checkpoints.disk (re-exported: their first home)
+from trl_explore.checkpoints.disk import (  # noqa: E402, F401
     LOCK_NAME,
     CheckpointWriteError,
     OutputDirInUse,

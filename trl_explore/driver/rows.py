@@ -90,9 +90,9 @@ def check_prompt_rows(rows, where: str, expected: str | None = None) -> str:
 
 
 def check_datasets(plan, components) -> None:
-    """The construction-time checks of the datasets in a :class:`~trl_explore.components.TrainerPlan`: no column a
-    component writes, a ``prompt`` column (unless an environment supplies the prompts), the gold-answer column the
-    reward reads, with no empty gold (``rewards.checks.check_gold_columns``), enough prompts for one generation
+    """The construction-time checks of the datasets in a :class:`~trl_explore.driver.components.TrainerPlan`: no
+    column a component writes, a ``prompt`` column (unless an environment supplies the prompts), the gold-answer column
+    the reward reads, with no empty gold (``rewards.checks.check_gold_columns``), enough prompts for one generation
     batch.
 
     Raises:

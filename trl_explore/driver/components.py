@@ -2,9 +2,9 @@
 hooks receive.
 
 A method (OGER, ASE-GRPO, or one of your own) is a :class:`Component`: a class with an options dataclass of its own
-(:class:`~trl_explore.config.ComponentOptions`) and a few hooks, all no-ops by default. The driver calls each hook of
-every component, in list order, at one fixed place of a training or evaluation step. Every hook takes one value and
-returns one result; every value is frozen and carries ``mode`` (``"train"`` or ``"eval"``).
+(:class:`~trl_explore.driver.config.ComponentOptions`) and a few hooks, all no-ops by default. The driver calls each
+hook of every component, in list order, at one fixed place of a training or evaluation step. Every hook takes one
+value and returns one result; every value is frozen and carries ``mode`` (``"train"`` or ``"eval"``).
 
 The hooks, in step order: ``prepare`` and ``setup`` (construction); ``sampling_context``, ``transform_rollout``,
 ``forward_context`` / ``observe_forward``, ``reward_fields``, ``edit_scored``, ``batch_fields``, ``drop_rows``,
@@ -16,8 +16,8 @@ Two declarations instead of queries: :meth:`Component.needs` (which policy forwa
 forward after generation, its entropies, the loss forward) and :attr:`Component.reward_field_names` (the reward kwargs
 it adds; a dataset column of that name is refused). One service for the others: :meth:`Component.behaviour_context`,
 the distribution the current rollouts were sampled from (a teacher-forced forward under it reproduces them); the
-driver adds the sampler's settings (``ExplorationTrainer.sampler``, ``trl_explore.sampler_settings``) and makes that
-forward (``ExplorationTrainer.behaviour_forward``).
+driver adds the sampler's settings (``ExplorationTrainer.sampler``, ``trl_explore.trl_guards.sampler_settings``) and
+makes that forward (``ExplorationTrainer.behaviour_forward``).
 
 State: a component keeps what one hook hands to a later one on its own attributes, as one record per generation,
 replaced (never shared with another component); everything the components share travels in the values above (e.g.
@@ -26,7 +26,7 @@ replaced (never shared with another component); everything the components share 
 Rewriting rows (``docs/architecture.md``, "Rewriting rows"): a component that rewrites completions (in
 ``transform_rollout`` or ``edit_scored``) declares :attr:`Component.edits_rows` and best uses
 :meth:`Rollout.swap_rows`; the driver then marks each rewritten row's :attr:`Rollout.owner` and clears the per-row
-fields of the replaced completion (``trl_explore.scoring.settle_rewrites``). A component with per-row state from
+fields of the replaced completion (``trl_explore.driver.scoring.settle_rewrites``). A component with per-row state from
 generation declares :attr:`Component.follows_row_owners` (it reads ``owner`` / ``offline`` at every hook) or is
 refused next to a later rewrite (``scoring.check_row_owners``). Field names are unique across components and TRL
 (``scoring.check_component_fields``, and the driver when the values arrive). Random draws:
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trl_explore.driver import ExplorationTrainer
+    from trl import GRPOTrainer  # the base class: this module never imports the driver, which imports it
 
 
 class Forward(NamedTuple):
     """Output of TRL's ``_get_per_token_logps_and_entropies``: ``[B, T]`` log-probs (nats), ``[B, T]`` entropies
     (nats; None when not computed) and the auxiliary loss (None unless the model has one). TRL's are of
     ``softmax(logits / GRPOConfig.temperature)``; ``ExplorationTrainer.behaviour_forward``'s of the sampler's
-    processed distribution (``trl_explore.sampler_settings``)."""
+    processed distribution (``trl_explore.trl_guards.sampler_settings``)."""
 
     logps: torch.Tensor
     entropies: torch.Tensor | None
@@ -198,7 +198,7 @@ class Rollout:
         ids, texts = list(self.completion_ids), list(self.completions)
         new_logprobs = None if self.logprobs is None else list(self.logprobs)
         tool_mask = None if self.tool_mask is None else list(self.tool_mask)
-        fields = {k: list(v) if _per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
+        fields = {k: list(v) if per_row(v, self.num_rows) else v for k, v in self.extra_fields.items()}
         offline_flags, owners = list(self.offline), list(self.owner)
         tool_images = self.tool_images
         if isinstance(tool_images, list) and len(tool_images) == self.num_rows:  # images a tool gave the old one
@@ -210,7 +210,7 @@ class Rollout:
             if tool_mask is not None:
                 tool_mask[i] = [1] * len(row_ids)
             for key, values in fields.items():
-                if _per_row(self.extra_fields[key], self.num_rows):
+                if per_row(self.extra_fields[key], self.num_rows):
                     values[i] = extra_fields.get(i, {}).get(key)
             offline_flags[i], owners[i] = offline, owner
         return dataclasses.replace(self, completion_ids=ids, completions=texts, logprobs=new_logprobs,
@@ -218,7 +218,7 @@ class Rollout:
                                    owner=tuple(owners), tool_images=tool_images)
 
 
-def _per_row(values, num_rows: int) -> bool:
+def per_row(values, num_rows: int) -> bool:
     """An ``extra_fields`` value TRL hands out per completion (a list of one value per row); TRL broadcasts others."""
     return isinstance(values, list) and len(values) == num_rows
 
@@ -304,7 +304,8 @@ class ScoredBatch:
         mode: ``"train"`` or ``"eval"``.
         rollout: the final :class:`Rollout` (after every component's ``transform_rollout`` and ``edit_scored``).
         output: TRL's batch dict of this process's ``B`` rows (its keys: "Hook reference" in
-            ``docs/architecture.md``) and the fields earlier components added.
+            ``docs/architecture.md``) and the components' ``batch_fields``: in ``batch_fields``, those of the
+            components before this one; in ``drop_rows`` and ``select_groups``, every component's (its own too).
         rewards_per_func: ``[N, F]`` rewards of every process's completions (gathered; NaN = not scored), as TRL's
             ``_calculate_rewards`` returned them (re-scored rows included).
         behaviour_logps: as :attr:`ScoredRollout.behaviour_logps`, of the final rows.
@@ -312,6 +313,8 @@ class ScoredBatch:
         reward_weights: ``[F]`` their weights.
         process_slice: this process's rows within the ``N`` (``rewards_per_func[process_slice]``).
         round: the generation round within one training batch (0: TRL's own; 1, 2, ...: batch-level resampling).
+
+    Properties: :attr:`rewards` (``[N]``) and :attr:`local_rewards_per_func` (``[B, F]``).
     """
 
     mode: str
@@ -374,9 +377,9 @@ class LossCall:
             outside TRL's objective applies the same mask to them. None at ``q = 1`` (every token).
         dropped: ``[B]`` bool, the rows taken out of TRL's objective (:meth:`Component.drop_rows`), or None (none).
         objective_share: 0-d, the factor that turns TRL's objective over the kept rows into the same sum normalised
-            as over every row of the batch (``trl_explore.objective.objective_share``; 1 when nothing is dropped): a
-            component that trains the dropped rows itself under one normaliser (OGER's teacher rows, LUFFY's mixed
-            objective) multiplies TRL's policy term by it.
+            as over every row of the batch (``trl_explore.driver.objective.objective_share``; 1 when nothing is
+            dropped): a component that trains the dropped rows itself under one normaliser (OGER's teacher rows,
+            LUFFY's mixed objective) multiplies TRL's policy term by it.
     """
 
     mode: str
@@ -395,7 +398,8 @@ class Component:
 
     Class attributes:
         name: short name, also the prefix of the component's metrics (``"oger"`` -> ``oger/...``).
-        options_class: the component's options dataclass (a :class:`~trl_explore.config.ComponentOptions`), or None.
+        options_class: the component's options dataclass (a
+            :class:`~trl_explore.driver.config.ComponentOptions`), or None.
         reward_field_names: the reward kwargs :meth:`reward_fields` adds; a dataset column with one of these names is
             refused when the trainer is built, so user columns reach the reward functions unchanged.
         tags: model-card tags.
@@ -425,20 +429,20 @@ class Component:
 
     def __init__(self, options=None):
         self.options = options
-        self.trainer: ExplorationTrainer | None = None
+        self.trainer: GRPOTrainer | None = None  # the ExplorationTrainer that runs this component
 
     # ---------------------------------------------------------------- construction
     def prepare(self, plan: TrainerPlan) -> TrainerPlan:
         """Before TRL's ``__init__``: read the options (when not given) from ``plan.args`` and check them against it.
 
-        Options come from one place (``trl_explore.config.check_options_source``).
+        Options come from one place (``trl_explore.driver.config.check_options_source``).
 
         Raises:
             ValueError: options that contradict the training configuration (the message names both); options given
                 both ways with different values.
         """
         if self.options_class is not None:
-            from trl_explore.config import check_options_source
+            from trl_explore.driver.config import check_options_source
 
             check_options_source(self, plan.args)
         if self.options is None and self.options_class is not None:
@@ -447,7 +451,7 @@ class Component:
             self.options.apply(plan.args)
         return plan
 
-    def setup(self, trainer: ExplorationTrainer) -> None:
+    def setup(self, trainer: GRPOTrainer) -> None:
         """After TRL's ``__init__``: build what needs the model, the accelerator or the tokenizer."""
         self.trainer = trainer
 
@@ -519,7 +523,7 @@ class Component:
         """``[B]`` bool: this process's rows to take out of TRL's objective (True = dropped), or None (none).
 
         The one way to drop rows from the loss: TRL's objective and its normaliser become those of a batch built
-        without them, for every ``loss_type`` (``trl_explore.objective``). The loss hooks still see the rows
+        without them, for every ``loss_type`` (``trl_explore.driver.objective``). The loss hooks still see the rows
         (:attr:`LossCall.dropped`), for a component that trains them itself."""
         return None
 
@@ -529,7 +533,7 @@ class Component:
 
         When a group is refused on some process, the driver generates a further round of new prompts (every hook
         runs on it) and asks again, until every process holds its batch of kept groups or the rounds reach
-        ``max_rounds`` (``trl_explore.resampling``). Runs on every process after :meth:`batch_fields`."""
+        ``max_rounds`` (``trl_explore.driver.resampling``). Runs on every process after :meth:`batch_fields`."""
         return None
 
     def log_metric(self, name: str, value, reduction: str = "mean", mode: str | None = None) -> None:
@@ -544,8 +548,10 @@ class Component:
         return call.batch
 
     def advantages(self, call: LossCall) -> torch.Tensor:
-        """The advantages TRL's objective uses, ``[B, 1]`` or ``[B, T]``: ``call.advantages`` with this component's
-        terms added or multiplied in (multiplying by ``w > 0`` weighs each token's objective by ``w``)."""
+        """The advantages TRL's objective uses, ``[B, 1]`` or ``[B, T]``: ``call.advantages`` (TRL's, with the terms
+        of the components before this one) with this component's terms added or multiplied in (multiplying by
+        ``w > 0`` weighs each token's objective by ``w``), or values of its own that replace them (e.g. advantages
+        recomputed over the rows it keeps: ``call.inputs["advantages"]`` holds TRL's)."""
         return call.advantages
 
     def extra_loss(self, call: LossCall) -> torch.Tensor:
@@ -582,18 +588,4 @@ class Component:
         :meth:`load`). The driver calls it only when this component overrides :meth:`save_process_state`, and raises
         a ``FileNotFoundError`` naming the component, the process and the checkpoint when the folder is missing (a
         checkpoint of another number of processes, or of a run without this component)."""
-
-
-def phase(trainer, name: str):
-    """A context timing ``name`` like TRL's own phases (``profiling/Time taken: <Trainer>.<name>``, sent to wandb /
-    mlflow / trackio when enabled; ``benchmarks/overhead.py`` reads them)."""
-    from trl.extras.profiling import profiling_context
-
-    return profiling_context(trainer, name)
-
-
-def record_phase(trainer, name: str, seconds: float) -> None:
-    """Report ``seconds`` spent in ``name``, measured piecewise (e.g. in hooks inside ``generate``), as :func:`phase`
-    does (TRL's ``ProfilingContext._log_metrics``: see ``trl_explore.trl_contract``)."""
-    phase(trainer, name)._log_metrics(seconds)
 

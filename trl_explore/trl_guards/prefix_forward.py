@@ -13,8 +13,8 @@ columns a group instead of ``G (P + T)``: a 2x cut at ``P = 2 T``, more when pro
 collapse study's one-digit prompts: ~104 prompt tokens, <= 64 completion tokens, G = 4).
 
 Applies to causal LMs with rotary or ALiBi positions (the continuation reads the same column positions as TRL's
-forward, which for such models is all that matters; :mod:`trl_explore.positions`) whose backbone takes a key/value
-cache. :func:`shared_prompt_groups` decides whether a batch has anything to share.
+forward, which for such models is all that matters; :mod:`trl_explore.trl_guards.positions`) whose backbone takes a
+key/value cache. :func:`shared_prompt_groups` decides whether a batch has anything to share.
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ def share_prompt_blocker(model, num_processes: int) -> str | None:
     """Why :func:`shared_prompt_forward` may not stand in for TRL's forward on ``model``, in a few words, or None
     where it may: one process and no wrapper (DDP, FSDP and DeepSpeed expect one forward call a step), no gradient
     checkpointing (it turns the cache off), a backbone taking transformers' ``cache`` argument (transformers >= 5.20;
-    a PEFT wrapper's does not), rotary or ALiBi positions (:func:`~trl_explore.positions.absolute_position_owner`),
+    a PEFT wrapper's does not), rotary or ALiBi positions
+    (:func:`~trl_explore.trl_guards.positions.absolute_position_owner`),
     and no forward hook anywhere in the model (a hook, e.g. ASE's steering, may read the columns of a whole row)."""
-    from trl_explore.models import unwrap_model
-    from trl_explore.positions import absolute_position_owner
+    from trl_explore.trl_guards.models import unwrap_model
+    from trl_explore.trl_guards.positions import absolute_position_owner
 
     if num_processes != 1:
         return f"{num_processes} processes (DDP, FSDP and DeepSpeed expect one forward call a step)"

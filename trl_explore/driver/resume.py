@@ -31,7 +31,8 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from trl_explore.checkpoints import (
+from trl_explore.checkpoints.disk import held_by_this_run
+from trl_explore.checkpoints.records import (
     DIGEST,
     RECORD_NAME,
     CheckpointWriteError,
@@ -52,7 +53,6 @@ from trl_explore.checkpoints import (
     run_record,
     write_record,
 )
-from trl_explore.disk import held_by_this_run
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def process_state_folder(checkpoint: str, name: str, process_index: int) -> str:
 
 def keeps_process_state(component) -> bool:
     """Whether ``component`` overrides ``Component.save_process_state`` (then it is saved and loaded per process)."""
-    from trl_explore.components import Component
+    from trl_explore.driver.components import Component
 
     return type(component).save_process_state is not Component.save_process_state
 

@@ -15,15 +15,15 @@ import hashlib
 
 import torch
 
-from trl_explore.components import Component, Rollout, ScoredBatch, ScoredRollout, _per_row
 from trl_explore.defaults import trl_scores_after_generation
-from trl_explore.resampling import GenerationRound
+from trl_explore.driver.components import Component, Rollout, ScoredBatch, ScoredRollout, per_row
+from trl_explore.driver.resampling import GenerationRound
+from trl_explore.driver.rows import check_prompt_rows
 from trl_explore.rewards.checks import (
     check_finite_rewards,
     checked_reward_functions,
     not_scored_counts,
 )
-from trl_explore.rows import check_prompt_rows
 
 
 def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
@@ -34,7 +34,7 @@ def stream_seed(seed: int, step: int, terms: tuple, stream: str) -> int:
 
 
 @dataclasses.dataclass
-class _Generation:
+class Generation:
     """The driver's record of the generation in progress (its own; components never see it)."""
 
     mode: str
@@ -110,7 +110,7 @@ def _merge_rescored_logs(pending: dict, lengths: dict, changed: list, num_rows: 
             values[i] = value
 
 
-def _check_declared_edit(component, changed: list, hook: str) -> None:
+def check_declared_edit(component, changed: list, hook: str) -> None:
     if changed and not component.edits_rows:
         raise RuntimeError(f"{hook} of component {component.name!r} rewrote rows {changed[:8]} but the component does "
                            "not declare edits_rows = True (needed for the construction checks of row ownership)")
@@ -149,7 +149,7 @@ def settle_rewrites(before: Rollout, after: Rollout, name: str, force_offline: b
     tool_mask = None if after.tool_mask is None else list(after.tool_mask)
     fields = dict(after.extra_fields)
     for key, values in before.extra_fields.items():
-        if _per_row(values, before.num_rows) and fields.get(key) is values:
+        if per_row(values, before.num_rows) and fields.get(key) is values:
             fields[key] = [None if i in changed else v for i, v in enumerate(values)]
     for i in changed:
         length = len(after.completion_ids[i])
@@ -254,7 +254,7 @@ def check_row_owner_column(plan, components) -> None:
 
 class ScoringMixin:
     """The driver's reward side, a mixin over ``GRPOTrainer`` (before it in the bases; ``super()`` is TRL's trainer)
-    that reads ``self.components`` and ``self._generation`` (a :class:`_Generation`)."""
+    that reads ``self.components`` and ``self._generation`` (a :class:`Generation`)."""
 
     @property
     def added_reward_kwargs(self) -> frozenset[str]:
@@ -262,7 +262,7 @@ class ScoringMixin:
         reward's error message lists the data set's columns without them)."""
         return frozenset((*TRL_REWARD_KWARGS, ROW_OWNER, *(f for c in self.components for f in c.reward_field_names)))
 
-    def _plan_scoring(self, gen: _Generation) -> None:
+    def _plan_scoring(self, gen: Generation) -> None:
         """Whether the driver observes TRL's scoring forward of the current rows (components' needs)."""
         needs = [c.needs(gen.mode) for c in self.components]
         scores = trl_scores_after_generation(self)
@@ -270,7 +270,7 @@ class ScoringMixin:
         gen.scoring_entropy = any(n.scoring_entropy for n in needs)
         gen.scoring_logps = gen.behaviour_logps = None
 
-    def _reward_inputs(self, gen: _Generation, inputs: list) -> list:
+    def _reward_inputs(self, gen: Generation, inputs: list) -> list:
         """Copies of TRL's reward rows with the components' per-completion fields (and ``row_owner``) added."""
         fields, sources = {}, dict.fromkeys(TRL_REWARD_KWARGS, "TRL's reward kwargs")
         sources.update(dict.fromkeys(gen.rollout.extra_fields, "TRL's rollout_func extra_fields"))
@@ -313,7 +313,7 @@ class ScoringMixin:
             self._metrics[gen.mode][key].append(count)  # None rewards: "not scored", counted over the whole batch
         return rewards_per_func
 
-    def _edit_scored(self, gen: _Generation, inputs: list, prompts: list) -> bool:
+    def _edit_scored(self, gen: Generation, inputs: list, prompts: list) -> bool:
         """Every component's ``edit_scored`` in list order; after each that changed a row on some process, the changed
         rows are scored again (every reward function, TRL's ``_calculate_rewards`` on those rows) and the gathered
         rewards updated. Returns whether any row changed."""
@@ -331,7 +331,7 @@ class ScoringMixin:
             before = gen.rollout
             rollout, changed = settle_rewrites(before, component.edit_scored(scored), component.name,
                                                force_offline=True)
-            _check_declared_edit(component, changed, "edit_scored")
+            check_declared_edit(component, changed, "edit_scored")
             count = torch.tensor([len(changed)], device=self.accelerator.device)
             if self.accelerator.gather(count).sum().item() == 0:
                 continue
@@ -354,7 +354,7 @@ class ScoringMixin:
             gen.rewards_per_func = self.accelerator.gather(local)
         return edited
 
-    def _behaviour_logps(self, gen: _Generation, output: dict | None = None) -> torch.Tensor | None:
+    def _behaviour_logps(self, gen: Generation, output: dict | None = None) -> torch.Tensor | None:
         """``[B, T]`` behaviour log-probs of the current rows (``Needs.behaviour_logps``), or None when no component
         needs them: TRL's scoring forward when it is the sampling distribution (no steering, the sampler's settings
         are TRL's), else one ``behaviour_forward``; kept for the generation until rows change."""
@@ -377,8 +377,8 @@ class ScoringMixin:
 
     def _generation_round(self, inputs, round_index: int) -> GenerationRound:
         """One generation of ``inputs`` (TRL's ``_generate_and_score_completions`` with every component's hooks),
-        its components' batch fields, dropped rows and group selection (``trl_explore.resampling``)."""
-        self._generation = gen = _Generation(self._mode(), tuple(inputs))
+        its components' batch fields, dropped rows and group selection (``trl_explore.driver.resampling``)."""
+        self._generation = gen = Generation(self._mode(), tuple(inputs))
         if getattr(self, "environment_factories", None) is None:  # else an environment may supply the prompt (TRL)
             where = f"this process's {gen.mode} generation batch"
             self._prompt_kinds[gen.mode] = check_prompt_rows(inputs, where, self._prompt_kinds.get(gen.mode))
@@ -429,7 +429,7 @@ HOOKS = ("prepare", "setup", "sampling_context", "transform_rollout", "forward_c
          "reward_fields", "edit_scored", "batch_fields", "drop_rows", "select_groups", "loss_batch", "advantages",
          "extra_loss", "step_end", "save", "load", "save_process_state", "load_process_state", "needs",
          "behaviour_context", "generator", "log_metric")
-"""Every method of :class:`~trl_explore.components.Component` the driver calls (or a component calls)."""
+"""Every method of :class:`~trl_explore.driver.components.Component` the driver calls (or a component calls)."""
 
 _LOSS_HOOKS = ("loss_batch", "advantages", "extra_loss")
 _FORWARD_HOOKS = ("forward_context", "observe_forward")
@@ -472,7 +472,7 @@ def check_declared_forwards(components) -> None:
             raise ValueError(
                 f"component {component.name!r} overrides {', '.join(loss)} but its needs() never declares "
                 "loss_forward, so the driver would never call them: return Needs(loss_forward=True) from needs(mode) "
-                "in the modes where they apply (trl_explore.components.Needs)")
+                "in the modes where they apply (trl_explore.driver.components.Needs)")
         forward = [hook for hook in _FORWARD_HOOKS if _overrides(component, hook)]
         if forward and not any(n.loss_forward or n.scoring_forward for n in needs):
             raise ValueError(
