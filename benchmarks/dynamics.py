@@ -412,11 +412,9 @@ def main(argv=None) -> None:
                 if args.commit and proc.returncode == 0 and result.is_file():
                     commit_result(result, f"{args.preset} study: {method} seed {seed} ({args.out.name})")
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    if args.preset == "guidance":  # its report (verdicts, never-to-solved counts) comes with the study's runs
-        print(f"[dynamics] guidance: {len(list(args.out.glob('runs/*/*/result.json')))} runs finished under "
-              f"{args.out / 'runs'}; no report yet", flush=True)
-        return
-    if args.preset == "collapse":
+    if args.preset == "guidance":
+        from guidance_report import report
+    elif args.preset == "collapse":
         from collapse_report import report
     else:
         from dynamics_report import report
