@@ -44,7 +44,7 @@ from trl_explore.defaults import resolve_model_path, tiny_policy_path
 from trl_explore.oger.embedding import TrajectoryEncoder
 from trl_explore.oger.entropy import LastTokenEntropyRecorder
 from trl_explore.oger.exploration import divergence
-from trl_explore.precision import cpu_flags, native_bf16_flags
+from trl_explore.precision import bf16_flags, cpu_flags
 from trl_explore.trl_guards.sampler_settings import entropy_from_logits
 
 VARIANTS = ("float32", "bfloat16", "bfloat16, fp32 LM head")
@@ -204,7 +204,7 @@ def main() -> None:
     report = {
         "model": a.model, "prompts": a.prompts, "group": a.group, "max_new_tokens": a.tokens, "threads": a.threads,
         "tokens_scored": int(ref["train"].numel()), "completion_lengths": [len(c) for c in completions],
-        "cpu_bf16_flags": list(native_bf16_flags(cpu_flags())), "torch": torch.__version__,
+        "cpu_bf16_flags": list(bf16_flags(cpu_flags())), "torch": torch.__version__,
         "platform": platform.platform(), "seconds": round(time.perf_counter() - start, 1),
         "variants": table,
         "divergence": {"abs_delta": stats(d_delta), "same_lowest_d_groups": same_min, "groups": len(rows)},
