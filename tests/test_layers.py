@@ -18,6 +18,7 @@ either (so the rooms stack in layers with no import climbing back up); and no fi
 
 import ast
 import importlib
+import importlib.util
 import pathlib
 import re
 
@@ -275,3 +276,21 @@ def test_cycle_finder_on_a_hand_made_graph():
     graph = {"a": {("b", 1)}, "b": {("c", 1)}, "c": {("a", 1)}, "d": {("a", 1)}}
     assert import_cycles(graph) == [["a", "b", "c"]]
     assert import_cycles({"a": {("b", 1)}, "b": set()}) == []
+
+
+def test_scripts_import_names_that_exist():
+    """Every ``from trl_explore... import name`` of the benchmarks, examples and test scripts names something the
+    package has (a rename that missed a script fails here, not when the script is next run)."""
+    folders = ("benchmarks", "examples", "tests/scripts")
+    scripts = [p for folder in folders for p in (ROOT.parent / folder).glob("*.py")]
+    missing = []
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("trl_explore"):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                found = hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}")
+                if not found:
+                    missing.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.module}.{alias.name}")
+    assert scripts and missing == [], "\n".join(missing)
