@@ -290,7 +290,8 @@ def test_scripts_import_names_that_exist():
                 continue
             module = importlib.import_module(node.module)
             for alias in node.names:
-                found = hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}")
+                found = hasattr(module, alias.name) or (hasattr(module, "__path__") and  # a submodule
+                                                        importlib.util.find_spec(f"{node.module}.{alias.name}"))
                 if not found:
                     missing.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.module}.{alias.name}")
     assert scripts and missing == [], "\n".join(missing)
