@@ -310,7 +310,7 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
     from trl_explore.evaluation.heldout_evaluator import HeldoutEvaluator, heldout_callback
 
     folder = run_dir(out, method, seed)
-    start = time.perf_counter()
+    start, code = time.perf_counter(), code_version()  # the code as the run starts (a long study commits results)
     trainer = build_trainer(method, seed, settings, folder)
     evaluator = HeldoutEvaluator(trainer, eval_options(settings))
     trainer.add_callback(heldout_callback(evaluator, [settings["mid_step"]]))
@@ -331,7 +331,7 @@ def run_one(method: str, seed: int, settings: dict, out: pathlib.Path) -> None:
               "log_history": trainer.state.log_history, "heldout": heldout, "heldout_by_format": by_format,
               "bank_diagnostics": banks,
               "build_seconds": build_seconds, "seconds": time.perf_counter() - start,
-              "load": os.getloadavg(), "code": code_version()}
+              "load": os.getloadavg(), "code": code}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "result.json").write_text(json.dumps(result, indent=1, default=float))
 
