@@ -179,8 +179,10 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
         lines.append(f"| {key} | " + " | ".join(cells + [_fmt(table[m].get(key, {}), digits) for m in order]) + " |")
     lines += ["", "## Never solved -> solved", "",
               "Per held-out problem: solved = at least one correct sample of k. \"never -> solved\": problems none of "
-              "the start's samples solved that some end sample solves; \"solved -> never\": the reverse. Mean ± sd "
-              "[min, max] over seeds; the start's never-solved count is the same for every run.", ""]
+              "the start's samples solved that some end sample solves; \"solved -> never\": the reverse. A problem "
+              "solved by few samples flips either way by sampling alone, so read the net count (the first minus the "
+              "second) against GRPO's. Mean ± sd [min, max] over seeds; the start's never-solved count is the same "
+              "for every run.", ""]
     for f in formats:
         moved = summary["moved"].get(f, {})
         if not moved:
@@ -188,15 +190,17 @@ def markdown(summary: dict, methods: dict, order: list[str], formats: tuple[str,
         never = next(iter(next(iter(moved.values())).values()))["never_at_start"]
         total = next(iter(next(iter(moved.values())).values()))["problems"]
         lines += [f"{f} format: {never} of {total} problems never solved at the start.", "",
-                  "| method | never -> solved | solved -> never | per seed (never -> solved) |", "|---|---|---|---|"]
+                  "| method | never -> solved | solved -> never | net | per seed (never -> solved) |",
+                  "|---|---|---|---|---|"]
         for m in order:
             if m not in moved:
                 continue
             per_seed = moved[m]
             up = spread([v["never_to_solved"] for v in per_seed.values()])
             down = spread([v["solved_to_never"] for v in per_seed.values()])
+            net = spread([v["never_to_solved"] - v["solved_to_never"] for v in per_seed.values()])
             seeds = ", ".join(f"s{s}: {v['never_to_solved']}" for s, v in per_seed.items())
-            lines.append(f"| {methods[m][0]} | {_fmt(up, 1)} | {_fmt(down, 1)} | {seeds} |")
+            lines.append(f"| {methods[m][0]} | {_fmt(up, 1)} | {_fmt(down, 1)} | {_fmt(net, 1)} | {seeds} |")
         lines.append("")
     lines += ["## Paired by seed", "",
               "Method minus base over the seeds both ran, 95% bootstrap interval resampling seeds (shared) and "
