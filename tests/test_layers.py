@@ -228,6 +228,20 @@ def test_faces_keep_the_old_names():
     from trl_explore.driver.config import ExplorationConfig as config_at_its_place
 
     assert inspect_checkpoint is at_its_place and ExplorationConfig is config_at_its_place
+    # the packages read through to the modules they were; the timers OGER once imported from components still there
+    from trl_explore.checkpoints import RECORD_NAME
+    from trl_explore.components import phase
+    from trl_explore.driver import Rollout, check_launch
+    from trl_explore.driver.components import Rollout as rollout_at_its_place
+    from trl_explore.driver.profiling import phase as phase_at_its_place
+    from trl_explore.trl_guards.distributed import check_launch as launch_check_at_its_place
+
+    assert RECORD_NAME == "trl_explore_checkpoint.json" and phase is phase_at_its_place
+    assert Rollout is rollout_at_its_place and check_launch is launch_check_at_its_place
+    with pytest.raises(AttributeError, match="module 'trl_explore.driver' has no attribute 'no_such_name'"):
+        import trl_explore.driver
+
+        trl_explore.driver.no_such_name  # noqa: B018
 
 
 def test_room_and_private_rules_on_hand_made_cases():

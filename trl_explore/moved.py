@@ -5,6 +5,13 @@
 ``import trl_explore.components`` (or ``from trl_explore.config import ExplorationConfig``) still works: a finder at
 the end of ``sys.meta_path`` answers for an old name with the module at its new place, the same module object, so a
 patch made through either name is seen through the other. New code should use the new paths (:data:`MOVED`).
+
+What the move changed all the same: ``trl_explore.driver`` and ``trl_explore.checkpoints`` became packages, whose
+names read through to ``driver.trainer`` and ``checkpoints.records`` but whose patches do not reach them (patch
+``trl_explore.driver.trainer.X`` and ``trl_explore.checkpoints.records.X``, where the names are used); loggers carry
+the new module names (``trl_explore.driver.config``; the package's logger ``trl_explore`` covers them all); and a
+pickle that names a class by its old path loads, but ``torch.load(..., weights_only=True)`` needs the old name in its
+allowlist (``torch.serialization.safe_globals([(ExplorationConfig, "trl_explore.config.ExplorationConfig")])``).
 """
 
 from __future__ import annotations
@@ -64,12 +71,12 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = importlib.import_module(MOVED[spec.name])
-        self.own_spec = module.__spec__
+        spec.loader_state = module.__spec__  # per import, so concurrent imports of two old names cannot mix them
         return module
 
     def exec_module(self, module):
         # the import system has just set ``__spec__`` to the old name's spec: the module gets its own back
-        module.__spec__ = self.own_spec
+        module.__spec__ = module.__spec__.loader_state
 
 
 def keep_old_import_paths() -> None:

@@ -40,4 +40,4 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "check_output_dir_free": "trl_explore.checkpoints.disk",
     "describe_write_failure": "trl_explore.checkpoints.disk",
     "is_write_failure": "trl_explore.checkpoints.disk",
-})
+}, fallback="trl_explore.checkpoints.records")  # any other name of the module this package was

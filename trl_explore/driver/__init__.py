@@ -11,10 +11,11 @@ trl_explore.driver.components`` does not import TRL's trainer.
 
 from trl_explore.utils.lazy import lazy_exports
 
+# other names read through to driver.trainer: this package was that module (``from trl_explore.driver import Rollout``)
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ExplorationTrainer": "trl_explore.driver.trainer",
     "ExplorationConfig": "trl_explore.driver.config",
     "ComponentOptions": "trl_explore.driver.config",
     "Component": "trl_explore.driver.components",
     "Needs": "trl_explore.driver.components",
-})
+}, fallback="trl_explore.driver.trainer")

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 
+from trl_explore.driver.profiling import phase, record_phase  # noqa: F401 (here before driver/profiling.py)
+
 if TYPE_CHECKING:  # pragma: no cover
     from trl import GRPOTrainer  # the base class: this module never imports the driver, which imports it
 

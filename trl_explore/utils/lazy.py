@@ -9,14 +9,16 @@ import sys
 from collections.abc import Callable, Mapping
 
 
-def lazy_exports(package: str, names: Mapping[str, str],
-                 aliases: Mapping[str, str] | None = None) -> tuple[list[str], Callable, Callable]:
+def lazy_exports(package: str, names: Mapping[str, str], aliases: Mapping[str, str] | None = None,
+                 fallback: str | None = None) -> tuple[list[str], Callable, Callable]:
     """``(__all__, __getattr__, __dir__)`` of a package whose public ``names`` map to the modules defining them.
 
     Args:
         package: the package's ``__name__``.
         names: ``{public name: module that defines it}``.
         aliases: ``{public name: name in that module}`` where the two differ.
+        fallback: a module whose other (non-dunder) names the package also reads through to: the module the package
+            replaced (``trl_explore.driver`` was ``driver.trainer``'s module before it became a package).
 
     Returns:
         Assign them in the package: ``__all__, __getattr__, __dir__ = lazy_exports(__name__, {...})``. A value is
@@ -26,6 +28,9 @@ def lazy_exports(package: str, names: Mapping[str, str],
 
     def __getattr__(name: str):
         module = names.get(name)
+        if module is None and fallback and not name.startswith("__"):
+            if hasattr(importlib.import_module(fallback), name):
+                return getattr(sys.modules[fallback], name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), aliases.get(name, name))
