@@ -202,6 +202,32 @@ def paired_difference(base: dict[int, dict], other: dict[int, dict], scalars_bas
     return out
 
 
+def study_formats(runs: list[dict]) -> tuple[str, ...]:
+    """The prompt formats (of :data:`FORMATS`) every run was evaluated in."""
+    return tuple(f for f in FORMATS if all(f in (r.get("heldout_by_format") or {"training": 0}) for r in runs))
+
+
+def metric_table(scalars: dict[str, dict[int, dict]], start: dict | None, formats: tuple[str, ...]) -> dict:
+    """``{method: {metric: spread over seeds}}`` from per-run ``scalars`` (``{method: {seed: {metric: value}}}``),
+    and ``"start"``: the initial policy's held-out scores in each format (one value each)."""
+    table = {m: {key: spread([s.get(key) for s in runs.values()])
+                 for key in dict.fromkeys(k for s in runs.values() for k in s)} for m, runs in scalars.items()}
+    table["start"] = {}
+    for prompt_format in formats if start else ():
+        first = heldout_scalars(start_summary(start, prompt_format), f"{prompt_format} start")
+        table["start"].update({k: spread([v]) for k, v in first.items()})
+    return table
+
+
+def paired_comparisons(seeded: dict[str, dict[int, dict]], scalars: dict[str, dict[int, dict]], pairs,
+                       formats: tuple[str, ...]) -> dict[str, dict]:
+    """``{base: {method: paired_difference(...)}}`` for each ``(base, method)`` of ``pairs``."""
+    comparisons: dict[str, dict] = {}
+    for b, m in pairs:
+        comparisons.setdefault(b, {})[m] = paired_difference(seeded[b], seeded[m], scalars[b], scalars[m], formats)
+    return comparisons
+
+
 def comparison_pairs(order: list[str]) -> list[tuple[str, str]]:
     """``(base, method)``: every method against GRPO and against the LUFFY-style baseline, controls against their
     method (:data:`dynamics_report.CONTROLS_OF`), among the methods that ran."""
@@ -458,19 +484,11 @@ def report(out: pathlib.Path, methods: dict) -> dict:
     if study is None:
         return {}
     runs, start, by_method, order = study
-    formats = tuple(f for f in FORMATS if all(f in (r.get("heldout_by_format") or {"training": 0}) for r in runs))
+    formats = study_formats(runs)
     scalars = {m: {r["seed"]: collapse_scalars(r, formats) for r in by_method[m]} for m in order}
-    table = {m: {key: spread([s.get(key) for s in scalars[m].values()])
-                 for key in dict.fromkeys(k for s in scalars[m].values() for k in s)} for m in order}
-    table["start"] = {}
-    if start:
-        for prompt_format in formats:
-            first = heldout_scalars(start_summary(start, prompt_format), f"{prompt_format} start")
-            table["start"].update({k: spread([v]) for k, v in first.items()})
+    table = metric_table(scalars, start, formats)
     seeded = {m: {r["seed"]: r for r in by_method[m]} for m in order}
-    comparisons: dict[str, dict] = {}
-    for b, m in comparison_pairs(order):
-        comparisons.setdefault(b, {})[m] = paired_difference(seeded[b], seeded[m], scalars[b], scalars[m], formats)
+    comparisons = paired_comparisons(seeded, scalars, comparison_pairs(order), formats)
     check = collapse_check(by_method["grpo"], start, formats) if "grpo" in by_method else {}
     summary = {
         "settings": runs[0]["settings"], "formats": list(formats),

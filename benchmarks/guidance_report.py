@@ -29,8 +29,9 @@ from collapse_report import (
     claim_verdicts,
     code_versions,
     collapse_scalars,
-    heldout_scalars,
-    paired_difference,
+    metric_table,
+    paired_comparisons,
+    study_formats,
 )
 from dynamics_report import (
     _colors,
@@ -44,7 +45,6 @@ from dynamics_report import (
     start_summary,
 )
 
-FORMATS = ("training", "neutral")
 CORE = ("sft", "grpo", "oger_noreward", "exgrpo", "oger", "oger_ase")
 """The OGER paper's Table 1 at this scale (SFT, GRPO, LUFFY-style, ExGRPO, OGER) and OGER + ASE."""
 PLANNED_SEEDS = {**dict.fromkeys(CORE, 5), "ase": 3, "oger_norefine": 3, "dynamic": 3}
@@ -288,19 +288,11 @@ def report(out: pathlib.Path, methods: dict) -> dict:
     if study is None:
         return {}
     runs, start, by_method, order = study
-    formats = tuple(f for f in FORMATS if all(f in (r.get("heldout_by_format") or {"training": 0}) for r in runs))
+    formats = study_formats(runs)
     scalars = {m: {r["seed"]: {**collapse_scalars(r, formats), **all_wrong(r)} for r in by_method[m]} for m in order}
-    table = {m: {key: spread([s.get(key) for s in scalars[m].values()])
-                 for key in dict.fromkeys(k for s in scalars[m].values() for k in s)} for m in order}
-    table["start"] = {}
-    if start:
-        for prompt_format in formats:
-            first = heldout_scalars(start_summary(start, prompt_format), f"{prompt_format} start")
-            table["start"].update({k: spread([v]) for k, v in first.items()})
+    table = metric_table(scalars, start, formats)
     seeded = {m: {r["seed"]: r for r in by_method[m]} for m in order}
-    comparisons: dict[str, dict] = {}
-    for b, m in comparison_pairs(order):
-        comparisons.setdefault(b, {})[m] = paired_difference(seeded[b], seeded[m], scalars[b], scalars[m], formats)
+    comparisons = paired_comparisons(seeded, scalars, comparison_pairs(order), formats)
     moved = {f: {m: {s: moved_problems(r, start, f) for s, r in sorted(seeded[m].items())} for m in order}
              for f in formats} if start else {}
     summary = {
