@@ -8,6 +8,10 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # an xdist worker: the cores shared among the workers (and the
+    # processes their tests start), not every core per worker: oversubscribed OpenMP threads spin and slow all of them
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402
 
@@ -91,6 +95,20 @@ def make_summary():
 
 
 # ---------------------------------------------------------------- the suite's time, per test file (issue 43)
+def pytest_xdist_auto_num_workers(config):
+    """Workers for ``-n auto`` (``addopts`` in ``pyproject.toml``): 2 when a run names only folders (the whole suite or
+    a tier of it: its subprocess-heavy tests leave a core idle about 40% of the time when run one by one), none when it
+    names files or tests (one file's tests run in this process, as pytest does without xdist; the vLLM tier is one
+    file). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or ``-n N`` on the command line decide instead; ``-n 0`` runs in process.
+    Files are never split between workers (``--dist loadfile``): a module's fixtures are built once."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    targets = [pathlib.Path(arg.split("::", 1)[0]) for arg in (config.args or config.getini("testpaths"))]
+    if not targets or not all(target.is_dir() for target in targets):
+        return 0
+    return min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 _FILE_SECONDS: dict[str, float] = {}
 
 
@@ -110,4 +128,6 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("=", f"seconds per test file (slowest {min(15, len(ranked))} of {len(ranked)})")
     for path, seconds in ranked[:15]:
         terminalreporter.write_line(f"{seconds:9.1f}s {path}")
-    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):9.1f}s in all")
+    workers = getattr(terminalreporter.config.option, "numprocesses", 0) or 0
+    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):9.1f}s in all" +
+                                (f" (summed over {workers} workers: more than the wall time)" if workers else ""))

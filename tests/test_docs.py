@@ -4,8 +4,9 @@ A block's info string is its language, optionally followed by ``no-test``:
 
 * ``python``: run as a script; ``bash``: run with ``bash -e -o pipefail``. The blocks of one page run in page order, in
   one scratch folder (links to the repository's folders, and an empty ``outputs/``), with ``TRL_EXPLORE_TINY_POLICY=1``
-  (``trl_explore.defaults.resolve_model_path("embedded")`` then gives a tiny random model over the SmolLM2 tokenizer)
-  and ``HF_HUB_OFFLINE=1``. Running them is the slow tier.
+  (``trl_explore.defaults.resolve_model_path("embedded")`` then gives a tiny random model over the SmolLM2 tokenizer),
+  ``TRL_EXPLORE_CHAMP_PROBLEMS=27`` (a CHAMP build takes 27 of the 270 problems: seconds, not the ten minutes of
+  grading a first full build costs) and ``HF_HUB_OFFLINE=1``. Running them is the slow tier.
 * ``bash no-test``: not run (installs, the test suite itself, GPUs, vLLM, long measurements). Every such block is
   listed in :data:`NOT_RUN` with the reason, and the page says it too: a new one fails the fast tier until it is
   listed here.
@@ -285,8 +286,9 @@ def _scratch_folder(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def _environment() -> dict:
     env = dict(os.environ)
-    env.update({"TRL_EXPLORE_TINY_POLICY": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "WANDB_MODE": "disabled", "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+    env.update({"TRL_EXPLORE_TINY_POLICY": "1", "TRL_EXPLORE_CHAMP_PROBLEMS": "27", "HF_HUB_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
+                "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)})
     return env
 

@@ -16,7 +16,9 @@ command when its package is missing.
 Try-outs and the documentation's own check: with ``TRL_EXPLORE_TINY_POLICY=1`` in the environment,
 :func:`resolve_model_path` maps the policy aliases to :func:`tiny_policy_path` instead, a randomly initialised 2-layer
 model over the same SmolLM2 tokenizer (seconds per training step on a CPU; it learns nothing). ``tests/test_docs.py``
-runs every code block of the README and ``docs/`` this way.
+runs every code block of the README and ``docs/`` this way. With ``TRL_EXPLORE_CHAMP_PROBLEMS=N`` as well
+(:func:`champ_problem_limit`), the CHAMP builds take N of the 270 problems, spread over the five categories: the docs'
+check sets 27, so a page's CHAMP commands run as written without grading all 12,062 teacher solutions first.
 """
 
 from __future__ import annotations
@@ -317,6 +319,30 @@ def champ_problems() -> list[dict]:
             }
         )
     return problems
+
+
+CHAMP_PROBLEMS_ENV = "TRL_EXPLORE_CHAMP_PROBLEMS"
+"""Environment variable: how many CHAMP problems the builds take (:func:`champ_problem_limit`)."""
+
+
+def champ_problem_limit() -> int | None:
+    """``$TRL_EXPLORE_CHAMP_PROBLEMS`` as a number of problems, or None (unset or empty: all 270).
+
+    For try-outs and the docs' check (``tests/test_docs.py`` sets 27): :func:`~trl_explore.data.sources.champ_records`
+    then yields every ``270 // N``-th problem (N of them, the five categories in their share), and the cached CHAMP
+    builds of :func:`~trl_explore.data.load_default_offline_dataset` are keyed by N, so a full build is never read
+    as a slice or the other way round.
+
+    Raises:
+        ValueError: a value that is not a whole number from 1 to 270 (names the variable and the value).
+    """
+    value = os.environ.get(CHAMP_PROBLEMS_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 270:
+        raise ValueError(f"{CHAMP_PROBLEMS_ENV}={value!r}: give a number of CHAMP problems from 1 to 270, or unset it "
+                         "for all of them.")
+    return int(value)
 
 
 def tiny_policy_requested() -> bool:

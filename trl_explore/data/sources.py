@@ -82,7 +82,8 @@ def champ_records(
     (e.g. ``0-Shot`` and ``No C w/o H``): the builder drops such exact duplicates and counts them.
 
     Args:
-        problems: dicts shaped like :func:`trl_explore.defaults.champ_problems` (default: all 270).
+        problems: dicts shaped like :func:`trl_explore.defaults.champ_problems` (default: all 270, or the slice that
+            ``$TRL_EXPLORE_CHAMP_PROBLEMS`` asks for, :func:`trl_explore.defaults.champ_problem_limit`).
         settings: prompt settings to keep, e.g. ``("0-Shot",)``; default ``None`` keeps all 18.
 
     Raises:
@@ -90,9 +91,11 @@ def champ_records(
             conversation has (names it).
     """
     if problems is None:
-        from trl_explore.defaults import champ_problems
+        from trl_explore.defaults import champ_problem_limit, champ_problems
 
-        problems = champ_problems()
+        problems, limit = champ_problems(), champ_problem_limit()
+        if limit is not None:
+            problems = problems[:: len(problems) // limit][:limit]  # every k-th: each category in its share
     wanted = None if settings is None else set(settings)
     seen_settings: set[str] = set()
     for p in problems:
