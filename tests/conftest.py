@@ -8,10 +8,17 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # an xdist worker: the cores shared among the workers (and the
     # processes their tests start), not every core per worker: oversubscribed OpenMP threads spin and slow all of them
-    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, _usable_cores() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402
 
@@ -106,7 +113,7 @@ def pytest_xdist_auto_num_workers(config):
     targets = [pathlib.Path(arg.split("::", 1)[0]) for arg in (config.args or config.getini("testpaths"))]
     if not targets or not all(target.is_dir() for target in targets):
         return 0
-    return min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return min(2, _usable_cores())
 
 
 _FILE_SECONDS: dict[str, float] = {}

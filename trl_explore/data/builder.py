@@ -453,8 +453,9 @@ def load_default_offline_dataset(
         settings=None if settings is None else sorted(settings),
         grader_mode=grader_mode,
     )
-    if champ_problem_limit() is not None:  # a slice of CHAMP (try-outs, the docs' check) is a build of its own
-        args["champ_problems"] = champ_problem_limit()
+    limit = champ_problem_limit()
+    if limit is not None:  # a slice of CHAMP (try-outs, the docs' check) is a build of its own
+        args["champ_problems"] = limit
     root = pathlib.Path(cache_root) if cache_root is not None else cache_dir() / "offline"
     folder = root / f"champ-{_cache_key(args)}"
     if not (folder / "dataset_dict.json").is_file():
